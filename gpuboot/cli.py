@@ -1,0 +1,241 @@
+"""The gpuboot command line: the only place that prints for humans and exits.
+
+Exit codes: 0 all good; 1 a node failed (verdict FAIL/ERROR or a failed host);
+2 bad input (usage, config, inventory, stack); 3 the run itself broke.
+Heavy modules (ansible, ansible_runner, pytest) are imported inside the verbs so
+`gpuboot --help` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpuboot import __version__
+from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput, GpubootError
+
+
+class Outcome:
+    """What a verb hands back: an exit code, a JSON document and the human text."""
+
+    def __init__(self, code: int, doc: dict[str, Any], text: str = ""):
+        self.code, self.doc, self.text = code, doc, text
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _progress(args) -> Any:
+    return (lambda msg: _err(f"gpuboot: {msg}")) if not getattr(args, "quiet", False) else (
+        lambda _msg: None)
+
+
+# ---------------------------------------------------------------- lab
+def cmd_lab_up(args) -> Outcome:
+    from gpuboot.lab import lab
+
+    created = lab.up(args.name, args.nodes, args.profile, progress=_progress(args))
+    doc = {"lab": created.name, "profile": created.profile, "inventory": str(created.inventory),
+           "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes]}
+    text = (f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
+            f"inventory: {created.inventory}\n"
+            f"next: gpuboot install -i {created.inventory}")
+    return Outcome(EXIT_OK, doc, text)
+
+
+def cmd_lab_status(args) -> Outcome:
+    from gpuboot.lab import lab
+    from gpuboot.ui import table
+
+    labs = lab.status(args.name)
+    rows = [(entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
+            for entry in labs for n in entry["nodes"]]
+    text = table(("lab", "profile", "node", "ip", "state"), rows) if rows else "no labs"
+    return Outcome(EXIT_OK, {"labs": labs}, text)
+
+
+def cmd_lab_down(args) -> Outcome:
+    from gpuboot.lab import lab
+
+    doc = lab.down(args.name)
+    return Outcome(EXIT_OK, doc, f"lab {args.name}: removed {len(doc['removed'])} podman objects")
+
+
+def cmd_lab_fault(args) -> Outcome:
+    from gpuboot.lab import lab
+
+    extra = ["--survive-reboot"] if args.survive_reboot else []
+    out = lab.emulator_ctl(args.name, args.node, "fault", "add", args.kind, *args.args, *extra)
+    doc = {"lab": args.name, "node": args.node, "fault": args.kind, "args": args.args}
+    return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: fault {args.kind} injected")
+
+
+def cmd_lab_clear(args) -> Outcome:
+    from gpuboot.lab import lab
+
+    out = lab.emulator_ctl(args.name, args.node, "fault", "clear", *([args.kind] if args.kind else []))
+    doc = {"lab": args.name, "node": args.node, "cleared": args.kind or "all"}
+    return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: faults cleared")
+
+
+# ---------------------------------------------------------------- install
+def cmd_install(args) -> Outcome:
+    from gpuboot import install
+    from gpuboot.ui import LiveHosts, table
+
+    live = LiveHosts(sys.stderr.write, sys.stderr.isatty()) if not args.quiet else None
+    result = install.install(
+        args.inventory, limit=args.limit, tags=tuple(args.tags or ()), forks=args.forks,
+        check=args.check, diff=args.diff, on_update=live.update if live else None,
+    )
+    rows = [(h, r.status, r.ok, r.changed, r.failed, r.failed_task or "", r.reason or "")
+            for h, r in sorted(result.hosts.items())]
+    text = table(("host", "status", "ok", "changed", "failed", "failed task", "reason"), rows)
+    text += f"\n{len(result.hosts)} host(s) in {result.elapsed_s:.1f}s; run dir {result.run_dir}"
+    code = EXIT_NODE_FAILED if result.failed_hosts else EXIT_OK
+    return Outcome(code, result.to_dict(), text)
+
+
+# ---------------------------------------------------------------- certify / evaluate
+def _verdict_text(report: dict[str, Any]) -> str:
+    from gpuboot.ui import table
+
+    rows = []
+    for node in report["nodes"]:
+        bad = [f for f in node["findings"] if f["status"] != "PASS"]
+        first = bad[0] if bad else None
+        rows.append((node["host"], node["verdict"],
+                     f"{first['rule']} {first['title']}" if first else "",
+                     first["reason"] if first else f"{len(node['findings'])} checks passed"))
+    text = table(("node", "verdict", "failed check", "reason"), rows)
+    for node in report["nodes"]:
+        for f in [f for f in node["findings"] if f["status"] != "PASS"][1:]:
+            text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
+    if report.get("bundle"):
+        text += f"\nevidence bundle: {report['bundle']}"
+    return text
+
+
+def cmd_certify(args) -> Outcome:
+    from gpuboot import certify
+
+    report = certify.certify(args.inventory, limit=args.limit, bundle_root=args.bundle_dir,
+                             progress=_progress(args))
+    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    return Outcome(code, report, _verdict_text(report))
+
+
+def cmd_evaluate(args) -> Outcome:
+    from gpuboot import certify
+
+    report = certify.evaluate_bundle(args.bundle, profile=args.profile)
+    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    return Outcome(code, report, _verdict_text(report))
+
+
+# ---------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors through our boundary (exit 2, one line)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise BadInput(message, where=self.prog, hint=f"see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    p = _Parser(prog="gpuboot", description="Bootstrap, pin and certify GPU servers.",
+                epilog="exit codes: 0 all good, 1 a node failed, 2 bad input, 3 the run broke")
+    p.add_argument("--version", action="version", version=f"gpuboot {__version__}")
+    verbs = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    lab = verbs.add_parser("lab", help="a simulated GPU fleet of podman nodes")
+    lab_verbs = lab.add_subparsers(dest="lab_verb", required=True, parser_class=_Parser)
+    name = argparse.ArgumentParser(add_help=False)
+    name.add_argument("--name", default="lab", help="lab name (several labs may coexist)")
+    up = lab_verbs.add_parser("up", parents=[common, name], help="create a lab")
+    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
+    up.set_defaults(func=cmd_lab_up)
+    st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
+    st.add_argument("--name", default=None)
+    st.set_defaults(func=cmd_lab_status)
+    lab_verbs.add_parser("down", parents=[common, name], help="remove a lab entirely").set_defaults(
+        func=cmd_lab_down)
+    fault = lab_verbs.add_parser("fault", parents=[common, name], help="inject a hardware fault")
+    fault.add_argument("node")
+    fault.add_argument("kind", help="e.g. xid, driver-mismatch, nvlink-down, pcie-downtrain")
+    fault.add_argument("args", nargs="*", help="fault arguments, e.g. the Xid code")
+    fault.add_argument("--survive-reboot", action="store_true")
+    fault.set_defaults(func=cmd_lab_fault)
+    clear = lab_verbs.add_parser("clear", parents=[common, name], help="clear a node's faults")
+    clear.add_argument("node")
+    clear.add_argument("kind", nargs="?")
+    clear.set_defaults(func=cmd_lab_clear)
+
+    run_opts = argparse.ArgumentParser(add_help=False)
+    run_opts.add_argument("-i", "--inventory", required=True)
+    run_opts.add_argument("--limit", help="Ansible host pattern")
+
+    inst = verbs.add_parser("install", parents=[common, run_opts],
+                            help="install and pin the software stack")
+    inst.add_argument("--tags", action="append", help="only tasks with this tag (repeatable)")
+    inst.add_argument("--forks", type=int, default=10)
+    inst.add_argument("--check", action="store_true", help="report what would change; change nothing")
+    inst.add_argument("--diff", action="store_true", help="show file and package differences")
+    inst.set_defaults(func=cmd_install)
+
+    cert = verbs.add_parser("certify", parents=[common, run_opts],
+                            help="check each node against its profile; collect evidence")
+    cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
+    cert.set_defaults(func=cmd_certify)
+
+    ev = verbs.add_parser("evaluate", parents=[common], help="re-evaluate an evidence bundle offline")
+    ev.add_argument("--bundle", required=True)
+    ev.add_argument("--profile", help="SKU profile to judge against (default: from meta.json)")
+    ev.set_defaults(func=cmd_evaluate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    want_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        outcome = args.func(args)
+    except GpubootError as exc:
+        _err(f"gpuboot: error: {exc}")
+        if want_json:
+            print(json.dumps({"error": {"message": exc.message, "where": exc.where,
+                                        "hint": exc.hint, "exit_code": exc.exit_code}}))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _err("gpuboot: interrupted")
+        return 130
+    except Exception as exc:  # the one place that catches everything
+        import traceback
+
+        _err(traceback.format_exc())
+        _err(f"gpuboot: internal error: {exc!r} -- please report this with the trace above")
+        if want_json:
+            print(json.dumps({"error": {"message": f"internal error: {exc!r}", "exit_code": 3}}))
+        return 3
+    if want_json:
+        print(json.dumps(outcome.doc, indent=2, default=str))
+    elif outcome.text:
+        sys.stdout.write(outcome.text + "\n")
+    return outcome.code
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,279 @@
+"""The lab: a simulated GPU fleet of podman containers reached over real SSH.
+
+Every resource a lab creates (network, containers, files) is recorded in its
+``lab.json`` the moment it exists, so ``down`` removes exactly those by id, even
+after a failed ``up``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gpuboot import paths
+from gpuboot.errors import BadInput, RunError
+from gpuboot.lab.podman import podman, podman_json
+
+EMULATOR_DIR = paths.PACKAGE_DIR / "lab" / "emulator"
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+MAX_NODES = 64
+REPO_PORT = 80
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Node:
+    name: str
+    ip: str
+    container_id: str = ""
+
+
+@dataclass
+class Lab:
+    name: str
+    profile: str
+    nodes: list[Node] = field(default_factory=list)
+    network_id: str = ""
+    subnet: str = ""
+    repo_container_id: str = ""
+
+    @property
+    def dir(self) -> Path:
+        return paths.labs_dir() / self.name
+
+    @property
+    def inventory(self) -> Path:
+        return self.dir / "inventory.yml"
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "lab.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(self.dir / "lab.json")
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes)
+        raise BadInput(f"no node {name!r} in lab {self.name!r}", hint=f"nodes are: {known}")
+
+
+def _check_name(name: str) -> None:
+    if not NAME_RE.match(name):
+        raise BadInput(f"invalid lab name {name!r}",
+                       hint="use 1-31 characters: lower-case letters, digits and '-', starting with a letter")
+
+
+def load(name: str) -> Lab:
+    _check_name(name)
+    state = paths.labs_dir() / name / "lab.json"
+    if not state.exists():
+        raise BadInput(f"no lab named {name!r}", where=str(state),
+                       hint="`gpuboot lab status` lists the labs; `gpuboot lab up` creates one")
+    data = json.loads(state.read_text())
+    data["nodes"] = [Node(**n) for n in data.get("nodes", [])]
+    return Lab(**data)
+
+
+def names() -> list[str]:
+    root = paths.labs_dir()
+    return sorted(p.parent.name for p in root.glob("*/lab.json")) if root.exists() else []
+
+
+def _keygen(path: Path, comment: str) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True)
+    return path.with_suffix(".pub").read_text().split()[:2]  # type: ignore[return-value]
+
+
+def up(name: str, nodes: int, profile: str, progress: Progress = lambda _: None) -> Lab:
+    """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers."""
+    from gpuboot.lab.image import ensure_image
+    from gpuboot.lab.repo_server import ensure_repo
+    from gpuboot.profiles import load_profile
+
+    _check_name(name)
+    if not 1 <= nodes <= MAX_NODES:
+        raise BadInput(f"--nodes {nodes} is out of range", hint=f"ask for 1 to {MAX_NODES} nodes")
+    hw_profile = load_profile(profile)
+    if (paths.labs_dir() / name / "lab.json").exists():
+        raise BadInput(f"lab {name!r} already exists",
+                       hint=f"`gpuboot lab down --name {name}` first, or pick another --name")
+    if shutil.which("ssh-keygen") is None:
+        raise RunError("ssh-keygen is not installed", hint="run `make setup`")
+
+    progress("node image: checking (first build takes about 90 s)")
+    image = ensure_image()
+    progress("package repository: checking")
+    repo = ensure_repo()
+
+    lab = Lab(name=name, profile=hw_profile["name"])
+    lab.dir.mkdir(parents=True, exist_ok=True)
+    lab.save()
+    try:
+        _create(lab, nodes, image, repo, hw_profile, progress)
+    except BaseException:
+        progress("bring-up failed: removing what was created")
+        down(name)
+        raise
+    return lab
+
+
+def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: Progress) -> None:
+    ssh_dir = lab.dir / "ssh"
+    ssh_dir.mkdir(mode=0o700)
+    _keygen(ssh_dir / "id_ed25519", f"gpuboot-lab-{lab.name}")
+    (lab.dir / "profile.json").write_text(json.dumps(hw_profile, indent=2))
+
+    net_name = f"gpuboot-{lab.name}"
+    lab.network_id = podman("network", "create", "--internal", "--label", f"gpuboot.lab={lab.name}",
+                            net_name).stdout.strip()
+    lab.save()
+    info = podman_json("network", "inspect", lab.network_id)[0]
+    lab.subnet = info["subnets"][0]["subnet"]
+    hosts = list(ipaddress.ip_network(lab.subnet).hosts())
+    repo_ip = str(hosts[1])  # .1 is the gateway
+    lab.nodes = [Node(name=f"node{i}", ip=str(hosts[9 + i])) for i in range(1, nodes + 1)]
+    lab.save()
+
+    progress(f"network {net_name} {lab.subnet}; starting the package repository at {repo_ip}")
+    lab.repo_container_id = podman(
+        "run", "-d", "--name", f"gpuboot-{lab.name}-repo", "--network", net_name, "--ip", repo_ip,
+        "--label", f"gpuboot.lab={lab.name}", "-v", f"{repo.out_dir}:/srv/repo:ro", image,
+        "python3", "-m", "http.server", str(REPO_PORT), "--directory", "/srv/repo",
+    ).stdout.strip()
+    lab.save()
+
+    known_hosts = []
+    for node in lab.nodes:
+        node_dir = lab.dir / "nodes" / node.name
+        node_dir.mkdir(parents=True)
+        keytype, key = _keygen(node_dir / "ssh_host_ed25519_key", node.name)
+        known_hosts.append(f"{node.ip} {keytype} {key}")
+        progress(f"{node.name}: starting at {node.ip}")
+        node.container_id = podman(
+            "run", "-d", "--name", f"gpuboot-{lab.name}-{node.name}", "--hostname", node.name,
+            "--network", net_name, "--ip", node.ip, "--systemd=always",
+            "--label", f"gpuboot.lab={lab.name}",
+            "-v", f"{EMULATOR_DIR}:/opt/gpuemu:ro",
+            "-v", f"{lab.dir / 'profile.json'}:/etc/gpuemu/profile.json:ro",
+            "-v", f"{node_dir / 'ssh_host_ed25519_key'}:/etc/ssh/ssh_host_ed25519_key:ro",
+            "-v", f"{node_dir / 'ssh_host_ed25519_key.pub'}:/etc/ssh/ssh_host_ed25519_key.pub:ro",
+            "-v", f"{ssh_dir / 'id_ed25519.pub'}:/root/.ssh/authorized_keys:ro",
+            image,
+        ).stdout.strip()
+        lab.save()
+    (ssh_dir / "known_hosts").write_text("\n".join(known_hosts) + "\n")
+    _write_inventory(lab, repo, repo_ip)
+    progress("waiting for sshd on every node")
+    _wait_for_ssh([n.ip for n in lab.nodes], timeout=90)
+
+
+def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
+    ssh_dir = lab.dir / "ssh"
+    inventory = {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_private_key_file": str(ssh_dir / "id_ed25519"),
+                # Host keys are checked against the keys the lab generated for each node.
+                "ansible_ssh_common_args": (
+                    f"-o UserKnownHostsFile={ssh_dir / 'known_hosts'} "
+                    "-o StrictHostKeyChecking=yes -o BatchMode=yes"
+                ),
+                "gpuboot_profile": lab.profile,
+                # The emulated kernel exposes its /proc and /sys views here.
+                "gpuboot_procfs": "/run/gpuemu/proc",
+                "gpuboot_sysfs": "/run/gpuemu/sys",
+                "gpuboot_apt_repo_url": f"http://{repo_ip}/",
+                "gpuboot_apt_repo_suite": repo.suite,
+                "gpuboot_apt_repo_components": repo.component,
+                "gpuboot_apt_repo_key_file": str(repo.public_key_path),
+            },
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {n.name: {"ansible_host": n.ip} for n in lab.nodes},
+                },
+            },
+        },
+    }
+    header = (f"# Written by `gpuboot lab up --name {lab.name}`: a normal Ansible inventory for\n"
+              f"# {len(lab.nodes)} emulated {lab.profile} node(s). Removed by `gpuboot lab down`.\n")
+    lab.inventory.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+
+
+def _wait_for_ssh(ips: list[str], timeout: float) -> None:
+    pending = set(ips)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for ip in sorted(pending):
+            try:
+                with socket.create_connection((ip, 22), timeout=1) as s:
+                    s.settimeout(2)
+                    if s.recv(4).startswith(b"SSH-"):
+                        pending.discard(ip)
+            except OSError:
+                pass
+        if pending:
+            time.sleep(0.1)
+    if pending:
+        raise RunError(f"sshd did not answer on {', '.join(sorted(pending))} within {timeout:.0f}s",
+                       hint="`gpuboot lab status` and `podman logs` on the node's container")
+
+
+def down(name: str) -> dict:
+    """Remove every container, the network and the files of lab ``name`` (by id)."""
+    lab = load(name)
+    removed = []
+    ids = [n.container_id for n in lab.nodes if n.container_id] + [lab.repo_container_id]
+    ids = [i for i in ids if i]
+    if ids:
+        podman("rm", "-f", "-t", "0", "--ignore", *ids)
+        removed += ids
+    if lab.network_id:
+        podman("network", "rm", "-f", lab.network_id, check=False)
+        removed.append(lab.network_id)
+    shutil.rmtree(lab.dir)
+    return {"lab": name, "removed": removed}
+
+
+def status(name: str | None = None) -> list[dict]:
+    result = []
+    for lab_name in [name] if name else names():
+        lab = load(lab_name)
+        states = {}
+        ids = [n.container_id for n in lab.nodes if n.container_id]
+        if ids:
+            out = podman("inspect", "--format", "{{.Id}} {{.State.Status}}", *ids, check=False)
+            states = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        result.append({
+            "lab": lab.name, "profile": lab.profile, "subnet": lab.subnet,
+            "inventory": str(lab.inventory),
+            "nodes": [{"name": n.name, "ip": n.ip,
+                       "state": states.get(n.container_id, "missing")} for n in lab.nodes],
+        })
+    return result
+
+
+def emulator_ctl(name: str, node: str, *args: str) -> str:
+    """Drive a node's emulated hardware through its back door (podman exec, not SSH)."""
+    target = load(name).node(node)
+    proc = podman("exec", target.container_id, "/opt/gpuemu/gpuemu", "ctl", *args, check=False)
+    if proc.returncode == 2:
+        raise BadInput(proc.stderr.strip() or proc.stdout.strip(),
+                       where=f"lab {name} {node}", hint="`gpuboot lab fault --help` lists fault kinds")
+    if proc.returncode != 0:
+        raise RunError(f"emulator on {node}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout

@@ -1,0 +1,218 @@
+"""The one module that imports ansible_runner.
+
+A ``RunSpec`` goes in, a ``PlayResult`` with one ``HostResult`` per host comes out.
+Each run gets a fresh private data dir under a kept run directory
+(``runs/<id>/``: runner artifacts with every job event, ``stdout``, ``results.json``)
+because runs that share one leak env files into each other (LAB-NOTES).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuboot import paths
+from gpuboot.errors import RunError
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    playbook: Path
+    inventory: Path
+    label: str = "run"
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    forks: int = 10
+    check: bool = False
+    diff: bool = False
+    extravars: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HostResult:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    task: str = ""
+    reason: str | None = None
+    failed_task: str | None = None
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
+
+
+@dataclass
+class PlayResult:
+    run_id: str
+    run_dir: Path
+    rc: int
+    status: str
+    elapsed_s: float
+    hosts: dict[str, HostResult]
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return [h for h, r in self.hosts.items() if r.status in ("failed", "unreachable")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "run_dir": str(self.run_dir), "rc": self.rc,
+            "status": self.status, "elapsed_s": round(self.elapsed_s, 2),
+            "hosts": {h: {**asdict(r), "status": r.status} for h, r in self.hosts.items()},
+        }
+
+
+def _reason(res: dict[str, Any]) -> str:
+    """The most useful one-line reason Ansible gives for a failure."""
+    for key in ("msg", "stderr", "module_stderr", "stdout"):
+        value = res.get(key)
+        if value:
+            text = str(value).strip().splitlines()
+            if text:
+                return text[-1] if key != "msg" else " ".join(text)[:500]
+    return "failed (no message)"
+
+
+class EventFolder:
+    """Folds ansible-runner job events into per-host results as they arrive."""
+
+    def __init__(self, on_update: Callable[[dict[str, HostResult]], None] | None = None):
+        self.hosts: dict[str, HostResult] = {}
+        self.on_update = on_update
+        self.stats_seen = False
+
+    def _host(self, name: str) -> HostResult:
+        return self.hosts.setdefault(name, HostResult(host=name))
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        kind = event.get("event", "")
+        host = data.get("host")
+        if host:
+            result = self._host(host)
+            task = data.get("task", "")
+            res = data.get("res", {}) or {}
+            if kind == "runner_on_start":
+                result.task = task
+            elif kind == "runner_on_ok":
+                result.ok += 1
+                if res.get("changed"):
+                    result.changed += 1
+                    result.changes.append(task)
+            elif kind == "runner_on_skipped":
+                result.skipped += 1
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                result.failed += 1
+                result.failed_task = task
+                result.reason = _reason(res)
+            elif kind == "runner_on_unreachable":
+                result.unreachable = True
+                result.failed_task = task
+                result.reason = _reason(res)
+        elif kind == "playbook_on_stats":
+            self.stats_seen = True
+            self._fold_stats(data)
+        if self.on_update is not None and (host or kind == "playbook_on_stats"):
+            self.on_update(self.hosts)
+        return True  # returning False would drop the event from the artifacts (and the stats)
+
+    def _fold_stats(self, stats: dict[str, Any]) -> None:
+        """The final stats are authoritative for the counters."""
+        for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+                          ("skipped", "skipped")):
+            for host, count in (stats.get(key) or {}).items():
+                setattr(self._host(host), attr, count)
+        for host in stats.get("dark") or {}:
+            self._host(host).unreachable = True
+
+
+def new_run_dir(label: str) -> tuple[str, Path]:
+    run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{label}-" + uuid.uuid4().hex[:6]
+    run_dir = paths.runs_dir() / run_id
+    run_dir.mkdir(parents=True)
+    return run_id, run_dir
+
+
+def ansible_env(run_dir: Path) -> dict[str, str]:
+    return {
+        # The venv's bin/ must be on PATH or runner fails with rc 127 (LAB-NOTES).
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_ROLES_PATH": str(paths.PROJECT_DIR / "roles"),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_PIPELINING": "True",           # one SSH exec per task, no temp-file copy
+        "ANSIBLE_GATHERING": "explicit",        # plays ask for the facts they need
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
+        "ANSIBLE_TIMEOUT": "20",
+    }
+
+
+def run(spec: RunSpec,
+        on_update: Callable[[dict[str, HostResult]], None] | None = None) -> PlayResult:
+    """Run one playbook; host failures are results, only a broken run raises."""
+    import ansible_runner  # heavy: imported only when a play actually runs
+
+    run_id, run_dir = new_run_dir(spec.label)
+    private = run_dir / "private"
+    private.mkdir()
+    cmdline = []
+    if spec.check:
+        cmdline.append("--check")
+    if spec.diff:
+        cmdline.append("--diff")
+    folder = EventFolder(on_update)
+    env = ansible_env(run_dir)
+    os.environ["PATH"] = env["PATH"]  # runner resolves ansible-playbook from our own PATH too
+    started = time.monotonic()
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            artifact_dir=str(run_dir / "artifacts"),
+            ident="job",
+            playbook=str(spec.playbook),
+            inventory=str(spec.inventory),
+            limit=spec.limit,
+            tags=",".join(spec.tags) or None,
+            forks=spec.forks,
+            cmdline=" ".join(cmdline) or None,
+            extravars=spec.extravars or None,
+            envvars=env,
+            event_handler=folder,
+            quiet=True,
+            settings={"suppress_ansible_output": True},
+        )
+    except Exception as exc:  # runner's own failures (bad paths, missing binaries)
+        raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
+    elapsed = time.monotonic() - started
+    result = PlayResult(run_id=run_id, run_dir=run_dir, rc=runner.rc, status=runner.status,
+                        elapsed_s=elapsed, hosts=folder.hosts)
+    stdout = run_dir / "artifacts" / "job" / "stdout"
+    if stdout.exists():
+        (run_dir / "stdout").symlink_to(stdout.relative_to(run_dir))
+    (run_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2))
+    # Without the final stats the play never finished (syntax error, bad option, crash):
+    # that is a broken run, not a verdict on any host.
+    if not folder.stats_seen:
+        tail = stdout.read_text()[-1500:] if stdout.exists() else ""
+        raise RunError(f"ansible-playbook broke (status {runner.status}, rc {runner.rc}): "
+                       f"{tail.strip().splitlines()[-1] if tail.strip() else 'no output'}",
+                       where=str(run_dir), hint=f"full output in {run_dir}/stdout")
+    return result
