@@ -1,0 +1,113 @@
+"""``ibstat`` (infiniband-diags): one block per CA, one sub-block per port.
+
+ibstat can die part-way ("ibpanic: ... stat of IB device 'mlx5_8' failed", exit 255): the
+ports read so far are returned together with ``errors``, so a check can see both the
+partial inventory and that the listing is incomplete. ``Rate`` is Gb/s as printed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gpuboot.errors import ParseError
+from gpuboot.evidence._common import require_text, to_int
+
+TOOL = "ibstat"
+
+_CA = re.compile(r"^CA\s+'([^']+)'\s*$")
+_PORT = re.compile(r"^Port\s+(\d+):\s*$")
+_KV = re.compile(r"^([^:]+):\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class IbPort:
+    ca: str
+    port: int
+    state: str | None  # "Active", "Down", "Initializing", ...
+    physical_state: str | None  # "LinkUp", "Disabled", "Polling", ...
+    rate_gbits_s: int | None
+    link_layer: str | None  # "InfiniBand" or "Ethernet"
+    base_lid: int | None
+    sm_lid: int | None
+    port_guid: str | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return (self.state or "").lower() == "active" and (self.physical_state or "") == "LinkUp"
+
+
+@dataclass(frozen=True)
+class IbCa:
+    name: str
+    ca_type: str | None  # "MT4129" (ConnectX-7), ...
+    firmware: str | None
+    node_guid: str | None
+    ports: tuple[IbPort, ...]
+
+
+@dataclass(frozen=True)
+class Ibstat:
+    cas: tuple[IbCa, ...]
+    errors: tuple[str, ...] = ()
+
+    @property
+    def ports(self) -> tuple[IbPort, ...]:
+        return tuple(p for ca in self.cas for p in ca.ports)
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors
+
+    def port(self, ca: str, port: int = 1) -> IbPort:
+        return next(p for p in self.ports if p.ca == ca and p.port == port)
+
+
+def parse_ibstat(text: str) -> Ibstat:
+    require_text(TOOL, text)
+    cas: list[tuple[str, dict[str, str], list[tuple[int, dict[str, str]]]]] = []
+    errors: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if m := _CA.match(line):
+            cas.append((m.group(1), {}, []))
+        elif (m := _PORT.match(line)) and cas:
+            cas[-1][2].append((int(m.group(1)), {}))
+        elif line.startswith("ibpanic") or line.lower().startswith(("ibwarn", "error")):
+            errors.append(line)
+        elif (m := _KV.match(line)) and cas:
+            target = cas[-1][2][-1][1] if cas[-1][2] else cas[-1][1]
+            target[m.group(1).strip()] = m.group(2)
+        else:
+            raise ParseError(TOOL, f"unexpected line: {line[:80]!r}")
+    if not cas and not errors:
+        raise ParseError(TOOL, "no CA block found", hint="is this ibstat output?")
+    out = []
+    for name, info, ports in cas:
+        out.append(
+            IbCa(
+                name=name,
+                ca_type=info.get("CA type"),
+                firmware=info.get("Firmware version"),
+                node_guid=info.get("Node GUID"),
+                ports=tuple(
+                    IbPort(
+                        ca=name,
+                        port=num,
+                        state=p.get("State"),
+                        physical_state=p.get("Physical state"),
+                        rate_gbits_s=to_int(p.get("Rate")),
+                        link_layer=p.get("Link layer"),
+                        base_lid=to_int(p.get("Base lid")),
+                        sm_lid=to_int(p.get("SM lid")),
+                        port_guid=p.get("Port GUID"),
+                        fields=p,
+                    )
+                    for num, p in ports
+                ),
+            )
+        )
+    return Ibstat(cas=tuple(out), errors=tuple(errors))
