@@ -47,6 +47,16 @@ def cmd_lab_up(args) -> Outcome:
     return Outcome(EXIT_OK, doc, text)
 
 
+def cmd_lab_image(args) -> Outcome:
+    from gpuboot.lab.image import ensure_image, image_tag
+    from gpuboot.lab.podman import exists
+
+    if not exists("image", image_tag()):
+        _progress(args)("building the lab node image from Debian's archive (about 90 s, once)")
+    tag = ensure_image()
+    return Outcome(EXIT_OK, {"image": tag}, f"lab node image: {tag}")
+
+
 def cmd_lab_status(args) -> Outcome:
     from gpuboot.lab import lab
     from gpuboot.ui import table
@@ -163,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
     up.set_defaults(func=cmd_lab_up)
+    lab_verbs.add_parser("image", parents=[common], help="build the node image (cached)").set_defaults(
+        func=cmd_lab_image)
     st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
     st.add_argument("--name", default=None)
     st.set_defaults(func=cmd_lab_status)

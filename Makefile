@@ -1,0 +1,56 @@
+# gpuboot: the two commands a new machine needs are `make demo` and `make test`.
+# Both install what they need first (Debian packages, the venv, the lab image).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMPS := .make
+DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client iproute2 \
+                ca-certificates python3-venv chromium
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup demo test test-unit lint bench clean
+
+setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/image
+
+# Debian packages: apt-get runs only when one is missing.
+$(STAMPS)/system: Makefile
+	@mkdir -p $(STAMPS)
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@touch $@
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+# The lab node image (debootstrap + podman import, ~90 s once; cached by recipe hash).
+$(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot/lab/image/build-node-image.sh
+	$(BIN)/gpuboot lab image
+	@touch $@
+
+demo: setup
+	scripts/demo.sh
+
+test: setup
+	$(BIN)/python -m pytest tests
+
+test-unit: $(STAMPS)/venv
+	$(BIN)/python -m pytest tests -m "not lab and not molecule"
+
+lint: $(STAMPS)/venv
+	$(BIN)/ruff check gpuboot tests bench
+
+bench: setup
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(STAMPS) $(VENV) *.egg-info
