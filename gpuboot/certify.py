@@ -84,6 +84,7 @@ def certify(inventory: str, *, limit: str | None = None, bundle_root: str | None
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
     collector = _Collector()
+    paths.put_venv_on_path()  # testinfra runs ansible-inventory by name
     args = [str(CHECKS), f"--hosts=ansible://{limit or 'all'}",
             f"--ansible-inventory={inv.path.resolve()}", f"--gpuboot-bundle={bundle}",
             f"--junitxml={run_dir / 'junit.xml'}", "-p", "no:cacheprovider",

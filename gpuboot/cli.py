@@ -116,14 +116,17 @@ def _verdict_text(report: dict[str, Any]) -> str:
 
     rows = []
     for node in report["nodes"]:
-        bad = [f for f in node["findings"] if f["status"] != "PASS"]
+        bad = sorted((f for f in node["findings"] if f["status"] != "PASS"),
+                     key=lambda f: f["status"] != node["verdict"])
         first = bad[0] if bad else None
         rows.append((node["host"], node["verdict"],
                      f"{first['rule']} {first['title']}" if first else "",
                      first["reason"] if first else f"{len(node['findings'])} checks passed"))
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
-        for f in [f for f in node["findings"] if f["status"] != "PASS"][1:]:
+        bad = sorted((f for f in node["findings"] if f["status"] != "PASS"),
+                     key=lambda f: f["status"] != node["verdict"])
+        for f in bad[1:]:
             text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
     if report.get("bundle"):
         text += f"\nevidence bundle: {report['bundle']}"

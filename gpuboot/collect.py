@@ -58,7 +58,7 @@ def script(procfs: str = "/proc", sysfs: str = "/sys") -> str:
     """The one command a node runs; it prints a base64 tar of the probe outputs."""
     lines = ['d=$(mktemp -d) || exit 97', 'cd "$d" || exit 97']
     for probe in PROBES:
-        cmd = probe.command.format(procfs=procfs, sysfs=sysfs)
+        cmd = probe.command.replace("{procfs}", procfs).replace("{sysfs}", sysfs)
         f = shlex.quote(probe.file)
         lines.append(f"timeout {PROBE_TIMEOUT_S} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; "
                      f"echo $? >{f}.rc")

@@ -13,6 +13,8 @@ from gpuboot.errors import ConfigError
 # Variables every gpuboot host must have, with the fix to suggest when missing.
 REQUIRED_VARS = {
     "gpuboot_profile": "set it to a SKU profile (`gpuboot lab up` writes one; see gpuboot/profiles/)",
+    "nvidia_driver_branch": "set the driver branch the node must carry, e.g. \"550\"",
+    "nvidia_driver_version": "set the exact driver package version, e.g. \"550.54.15-1\"",
 }
 
 

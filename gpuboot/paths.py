@@ -27,3 +27,15 @@ def runs_dir() -> Path:
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = PACKAGE_DIR.parent
+
+
+def put_venv_on_path() -> str:
+    """Ansible's CLIs live beside our interpreter; runner and testinfra call them by name
+    and fail with rc 127 when that directory is not on PATH (LAB-NOTES)."""
+    import sys
+
+    venv_bin = str(Path(sys.executable).parent)
+    current = os.environ.get("PATH", "/usr/bin:/bin")
+    if venv_bin not in current.split(os.pathsep):
+        os.environ["PATH"] = f"{venv_bin}{os.pathsep}{current}"
+    return os.environ["PATH"]

@@ -9,8 +9,6 @@ because runs that share one leak env files into each other (LAB-NOTES).
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -151,8 +149,7 @@ def new_run_dir(label: str) -> tuple[str, Path]:
 
 def ansible_env(run_dir: Path) -> dict[str, str]:
     return {
-        # The venv's bin/ must be on PATH or runner fails with rc 127 (LAB-NOTES).
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": paths.put_venv_on_path(),
         "ANSIBLE_ROLES_PATH": str(paths.PROJECT_DIR / "roles"),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",           # one SSH exec per task, no temp-file copy
@@ -180,7 +177,6 @@ def run(spec: RunSpec,
         cmdline.append("--diff")
     folder = EventFolder(on_update)
     env = ansible_env(run_dir)
-    os.environ["PATH"] = env["PATH"]  # runner resolves ansible-playbook from our own PATH too
     started = time.monotonic()
     try:
         runner = ansible_runner.run(

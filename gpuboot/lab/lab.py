@@ -28,6 +28,7 @@ EMULATOR_DIR = paths.PACKAGE_DIR / "lab" / "emulator"
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 MAX_NODES = 64
 REPO_PORT = 80
+LAB_DRIVER = ("550", "550.54.15-1")  # branch and exact package version a new lab pins
 Progress = Callable[[str], None]
 
 
@@ -194,6 +195,9 @@ def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
                     "-o StrictHostKeyChecking=yes -o BatchMode=yes"
                 ),
                 "gpuboot_profile": lab.profile,
+                # The pinned driver (a full stack file replaces these in `gpuboot_stack`).
+                "nvidia_driver_branch": LAB_DRIVER[0],
+                "nvidia_driver_version": LAB_DRIVER[1],
                 # The emulated kernel exposes its /proc and /sys views here.
                 "gpuboot_procfs": "/run/gpuemu/proc",
                 "gpuboot_sysfs": "/run/gpuemu/sys",

@@ -1,0 +1,103 @@
+"""The CLI's contract: exit codes, one clear error line, JSON on stdout, lazy imports."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+GOOD_HOST = "n1: {ansible_host: 127.0.0.1, ansible_port: %d}"
+
+
+def gpuboot(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "gpuboot.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def listener():
+    """A port nothing should connect to: bad input must be refused before any host."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def assert_untouched(sock):
+    with pytest.raises(BlockingIOError):
+        sock.accept()
+
+
+def inventory(tmp_path, text):
+    path = tmp_path / "inv.yml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("verb", ["install", "certify"])
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        (None, "inventory file does not exist"),
+        ("", "inventory file is empty"),
+        ("all:\n  hosts: [\n", "not valid YAML"),
+        ("- just\n- a list\n", "must be a mapping of groups"),
+        ("all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu}\n", "defines no hosts"),
+    ],
+)
+def test_bad_inventory_exits_2_with_one_line(tmp_path, verb, content, expect):
+    path = str(tmp_path / "missing.yml") if content is None else inventory(tmp_path, content)
+    proc = gpuboot(verb, "-i", path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert expect in lines[0] and path in lines[0] and "hint:" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_unknown_profile_is_refused_before_any_host_is_contacted(tmp_path, listener):
+    port = listener.getsockname()[1]
+    path = inventory(tmp_path, "all:\n  vars: {gpuboot_profile: no-such-sku, "
+                     "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
+                     "  hosts:\n    " + GOOD_HOST % port + "\n")
+    proc = gpuboot("certify", "-i", path, "--json")
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    assert "no-such-sku" in doc["error"]["message"] and "hgx-h100-sxm-8gpu" in doc["error"]["hint"]
+    assert "n1.gpuboot_profile" in doc["error"]["where"]
+    assert_untouched(listener)
+
+
+def test_missing_driver_pin_names_host_and_key(tmp_path, listener):
+    port = listener.getsockname()[1]
+    path = inventory(tmp_path, "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu}\n"
+                     "  hosts:\n    " + GOOD_HOST % port + "\n")
+    proc = gpuboot("install", "-i", path)
+    assert proc.returncode == 2
+    assert "n1.nvidia_driver_branch" in proc.stderr
+    assert_untouched(listener)
+
+
+def test_unknown_lab_profile_exits_2(tmp_path):
+    proc = gpuboot("lab", "up", "--name", "never", "--profile", "nope", "--json",
+                   env={"GPUBOOT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert "nope" in json.loads(proc.stdout)["error"]["message"]
+    assert not (tmp_path / "labs" / "never").exists()
+
+
+def test_usage_error_exits_2_without_traceback():
+    proc = gpuboot("install")
+    assert proc.returncode == 2
+    assert "--inventory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_does_not_import_the_heavy_stack():
+    code = ("import sys, gpuboot.cli as c; c.build_parser().format_help(); "
+            "print(sorted(m for m in ('ansible', 'ansible_runner', 'pytest', 'testinfra', 'yaml')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,51 @@
+"""EventFolder on recorded ansible-runner job events."""
+
+import json
+from pathlib import Path
+
+from gpuboot.runner import EventFolder
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "runner"
+
+
+def replay(name: str, folder: EventFolder) -> EventFolder:
+    for line in (FIXTURES / name).read_text().splitlines():
+        assert folder(json.loads(line)) is True  # False would drop the event from artifacts
+    return folder
+
+
+def test_failed_hosts_carry_task_and_reason():
+    folder = replay("install-2hosts-persistenced-timeout.jsonl", EventFolder())
+    assert folder.stats_seen
+    assert sorted(folder.hosts) == ["node1", "node2"]
+    for result in folder.hosts.values():
+        assert result.status == "failed"
+        assert result.failed_task.startswith("DRV-016")
+        assert "nvidia-persistenced" in result.reason
+        assert (result.ok, result.changed, result.failed, result.skipped) == (10, 6, 1, 1)
+        assert any(t.startswith("DRV-010") for t in result.changes)
+
+
+def test_live_updates_see_each_host_progress():
+    seen = []
+    replay("install-2hosts-persistenced-timeout.jsonl",
+           EventFolder(lambda hosts: seen.append({h: r.task for h, r in hosts.items()})))
+    tasks = [s.get("node1") for s in seen if s.get("node1")]
+    first = {t.split(" ")[0]: i for i, t in reversed(list(enumerate(tasks)))}
+    assert first["REPO-001"] < first["DRV-010"] < first["DRV-016"]
+
+
+def test_unreachable_and_ignored_failures():
+    folder = EventFolder()
+    folder({"event": "runner_on_start", "event_data": {"host": "a", "task": "T1"}})
+    folder({"event": "runner_on_unreachable",
+            "event_data": {"host": "a", "task": "T1",
+                           "res": {"msg": "ssh: connect to host 10.0.0.1 port 22: No route"}}})
+    folder({"event": "runner_on_failed",
+            "event_data": {"host": "b", "task": "T1", "ignore_errors": True, "res": {"msg": "x"}}})
+    folder({"event": "runner_on_ok", "event_data": {"host": "b", "task": "T1", "res": {}}})
+    folder({"event": "playbook_on_stats",
+            "event_data": {"ok": {"b": 1}, "dark": {"a": 1}, "failures": {}, "changed": {}}})
+    assert folder.hosts["a"].status == "unreachable"
+    assert "No route" in folder.hosts["a"].reason
+    assert folder.hosts["b"].status == "ok"
