@@ -1,0 +1,135 @@
+"""The walking skeleton end to end on a 2-node lab: install, pin, certify, faults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from gpuboot.lab import lab as labmod
+from gpuboot.lab.podman import exists
+
+from .conftest import gpuboot, ssh
+
+pytestmark = pytest.mark.lab
+PINNED = ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-utils-550", "nvidia-compute-utils-550"]
+
+
+def certify(lab, *extra):
+    proc = gpuboot("certify", "-i", str(lab.inventory), "--json", *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    return proc.returncode, {n["host"]: n for n in doc["nodes"]}
+
+
+def failed_rules(node):
+    return {f["rule"]: f for f in node["findings"] if f["status"] != "PASS"}
+
+
+def test_host_keys_are_checked(lab2, tmp_path):
+    assert ssh(lab2, "node1", "true").returncode == 0
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    refused = ssh(lab2, "node1", "true", known_hosts=str(empty))
+    assert refused.returncode == 255
+    assert "Host key verification failed" in refused.stderr
+
+
+def test_uncertified_before_install(lab2):
+    rc, nodes = certify(lab2)
+    assert rc == 1
+    for node in nodes.values():
+        assert node["verdict"] == "FAIL"
+        assert "nvidia-utils-550 is not installed" in failed_rules(node)["STK-001"]["reason"]
+
+
+def test_install_converges_then_changes_nothing(lab2):
+    first = json.loads(gpuboot("install", "-i", str(lab2.inventory), "--json", check_rc=0).stdout)
+    assert {h: r["status"] for h, r in first["hosts"].items()} == {"node1": "changed",
+                                                                   "node2": "changed"}
+    second = json.loads(gpuboot("install", "-i", str(lab2.inventory), "--json", check_rc=0).stdout)
+    for host, result in second["hosts"].items():
+        assert result["changed"] == 0, f"{host} changed on the second run: {result['changes']}"
+    holds = ssh(lab2, "node1", "apt-mark showhold").stdout.split()
+    assert sorted(holds) == sorted(PINNED)
+
+
+def test_unattended_upgrade_keeps_the_pins(lab2):
+    # 550.144.03 is in the repository: a plain upgrade must not take it.
+    out = ssh(lab2, "node1", "apt-get -s -o Debug::NoLocking=1 upgrade; "
+                            "apt-cache policy nvidia-utils-550")
+    assert out.returncode == 0, out.stderr
+    assert "Inst nvidia" not in out.stdout
+    assert "550.144.03-1" in out.stdout  # the newer version exists and is refused
+
+
+def test_certify_passes_healthy_nodes(lab2):
+    rc, nodes = certify(lab2)
+    assert rc == 0, nodes
+    assert {h: n["verdict"] for h, n in nodes.items()} == {"node1": "PASS", "node2": "PASS"}
+
+
+def test_xid_79_fails_only_that_node(lab2):
+    gpuboot("lab", "fault", "--name", lab2.name, "node2", "xid", "79", check_rc=0)
+    try:
+        proc = gpuboot("certify", "-i", str(lab2.inventory))
+        assert proc.returncode == 1
+        rc, nodes = certify(lab2)
+        assert nodes["node1"]["verdict"] == "PASS"
+        assert nodes["node2"]["verdict"] == "FAIL"
+        xid = failed_rules(nodes["node2"])["XID-001"]
+        assert "Xid 79" in xid["reason"] and xid["action"]
+        assert "XID-001" in proc.stdout and "Xid 79" in proc.stdout  # the human table too
+    finally:
+        gpuboot("lab", "clear", "--name", lab2.name, "node2", check_rc=0)
+    rc, nodes = certify(lab2)
+    assert rc == 0 and nodes["node2"]["verdict"] == "PASS"
+
+
+def test_driver_mismatch_fails_stack_rule(lab2):
+    gpuboot("lab", "fault", "--name", lab2.name, "node1", "driver-mismatch", check_rc=0)
+    try:
+        rc, nodes = certify(lab2)
+        assert rc == 1 and nodes["node2"]["verdict"] == "PASS"
+        assert "STK-001" in failed_rules(nodes["node1"])
+    finally:
+        gpuboot("lab", "clear", "--name", lab2.name, "node1", check_rc=0)
+
+
+def test_unreachable_host_never_stops_the_others(lab2, tmp_path):
+    inventory = yaml.safe_load(lab2.inventory.read_text())
+    spare_ip = lab2.nodes[-1].ip.rsplit(".", 1)[0] + ".250"  # in the lab subnet, no node there
+    inventory["all"]["children"]["gpu_nodes"]["hosts"]["ghost"] = {"ansible_host": spare_ip}
+    path = tmp_path / "with-ghost.yml"
+    path.write_text(yaml.safe_dump(inventory))
+
+    install = json.loads(gpuboot("install", "-i", str(path), "--json", check_rc=1).stdout)
+    assert install["hosts"]["ghost"]["status"] == "unreachable"
+    assert install["hosts"]["ghost"]["reason"]
+    assert install["hosts"]["node1"]["status"] == "ok"
+
+    proc = gpuboot("certify", "-i", str(path), "--json", check_rc=1)
+    nodes = {n["host"]: n for n in json.loads(proc.stdout)["nodes"]}
+    assert nodes["ghost"]["verdict"] == "ERROR"  # never certified, never called faulty hardware
+    assert nodes["node1"]["verdict"] == "PASS" and nodes["node2"]["verdict"] == "PASS"
+
+
+def test_evaluate_rejudges_the_bundle_offline(lab2):
+    gpuboot("lab", "fault", "--name", lab2.name, "node1", "xid", "48", check_rc=0)
+    try:
+        doc = json.loads(gpuboot("certify", "-i", str(lab2.inventory), "--json").stdout)
+    finally:
+        gpuboot("lab", "clear", "--name", lab2.name, "node1", check_rc=0)
+    offline = json.loads(gpuboot("evaluate", "--bundle", doc["bundle"], "--json", check_rc=1).stdout)
+    assert [(n["host"], n["verdict"]) for n in offline["nodes"]] == \
+        [(n["host"], n["verdict"]) for n in doc["nodes"]]
+
+
+def test_lab_down_removes_every_object(make_lab):
+    lab = make_lab(nodes=1)
+    ids = [lab.nodes[0].container_id, lab.repo_container_id]
+    labmod.down(lab.name)
+    assert not any(exists("container", i) for i in ids)
+    assert not exists("network", lab.network_id)
+    assert not lab.dir.exists()
