@@ -1,0 +1,348 @@
+"""Stack files as data: the frozen model and the schema check that builds it.
+
+A stack pins one supported combination of kernel, NVIDIA driver, fabric manager,
+NSCQ, CUDA, DOCA-OFED, GPUDirect Storage, nvidia_peermem, container toolkit and DCGM,
+with exact package names and versions per OS family. The schema is in README.md.
+Every schema error is a ConfigError naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuboot.errors import ConfigError
+from gpuboot.stacks.versions import PACKAGE_VERSION_RE, UPSTREAM_RE, upstream_of
+
+SCHEMA = 1
+OS_FAMILIES = ("debian", "redhat")
+FLAVORS = ("open", "proprietary")
+HOLD_METHODS = {"debian": ("apt-mark",), "redhat": ("dnf-versionlock",)}
+# Components in install order; the yaml key is the component's name.
+COMPONENTS = (
+    "kernel",
+    "driver",
+    "fabricmanager",
+    "nscq",
+    "cuda",
+    "doca_ofed",
+    "nvidia_fs",
+    "container_toolkit",
+    "dcgm",
+)
+OPTIONAL_COMPONENTS = ("fabricmanager", "nscq", "doca_ofed", "nvidia_fs")
+
+_NAME_RE = {
+    "debian": re.compile(r"^[a-z0-9][a-z0-9+.-]+$"),
+    "redhat": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"),
+}
+_STACK_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+_BRANCH_RE = re.compile(r"^\d{3}$")
+_KERNEL_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+-[A-Za-z0-9._+-]+$")
+_DISTRO_RE = re.compile(r"^(ubuntu\d\d\.\d\d|debian\d+|rhel\d+\.\d+|rocky\d+\.\d+)$")
+_VERSION_EXAMPLE = {"debian": "550.54.15-1 or 1:3.3.9", "redhat": "3:550.54.15-1.el9"}
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pins:
+    """One component's packages for one OS family: the main package and its companions."""
+
+    package: str
+    version: str
+    depends: tuple[Package, ...] = ()
+    module_stream: str | None = None  # dnf module stream (NVIDIA's RHEL driver packages)
+
+    @property
+    def packages(self) -> tuple[Package, ...]:
+        return (Package(self.package, self.version), *self.depends)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelPins(Pins):
+    distro: str  # ubuntu22.04, debian12, rhel9.4...
+    release: str  # what `uname -r` prints once this kernel runs
+    hold: str  # apt-mark | dnf-versionlock
+    hold_packages: tuple[str, ...] = ()  # meta packages that would pull a newer kernel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    name: str
+    enabled: bool
+    version: str | None  # upstream version (None for the kernel: per family)
+    pins: dict[str, Pins]
+
+    def pins_for(self, os_family: str) -> Pins:
+        check_os_family(os_family)
+        return self.pins[os_family]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Driver(Component):
+    branch: str
+    flavor: str  # open | proprietary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    name: str
+    description: str
+    path: Path
+    label: str  # how messages name the file
+    lab: bool  # every debian package (but the kernel) is served by the lab repository
+    profiles: tuple[str, ...]
+    kernel: Component
+    driver: Driver
+    fabricmanager: Component
+    nscq: Component
+    cuda: Component
+    doca_ofed: Component
+    nvidia_fs: Component
+    nvidia_peermem: bool
+    container_toolkit: Component
+    dcgm: Component
+
+    def kernel_pins(self, os_family: str) -> KernelPins:
+        pins = self.kernel.pins_for(os_family)
+        assert isinstance(pins, KernelPins)  # parse_stack builds kernel pins as KernelPins
+        return pins
+
+    def components(self) -> list[Component]:
+        """The components in install order, enabled or not."""
+        return [getattr(self, name) for name in COMPONENTS]
+
+    @property
+    def cuda_major_minor(self) -> tuple[int, int]:
+        major, minor = (int(p) for p in str(self.cuda.version).split(".")[:2])
+        return major, minor
+
+
+def check_os_family(os_family: str) -> None:
+    if os_family not in OS_FAMILIES:
+        raise ConfigError(
+            f"unknown OS family {os_family!r}",
+            where="os_family",
+            hint=f"use one of {', '.join(OS_FAMILIES)} (Debian/Ubuntu apt, RHEL/Rocky dnf)",
+        )
+
+
+# ---------------------------------------------------------------- schema reader
+class _Reader:
+    """Checks one parsed stack file; every error names ``<file>: <key>`` and the fix."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def error(self, key: str, message: str, hint: str) -> ConfigError:
+        return ConfigError(message, where=f"{self.label}: {key}", hint=hint)
+
+    def mapping(
+        self, value: Any, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        shown = key or "top level"
+        if not isinstance(value, dict):
+            raise self.error(shown, "must be a mapping", f"write {shown} as `key: value` lines")
+        allowed = set(required) | set(optional)
+        for k in value:
+            if k not in allowed:
+                raise self.error(
+                    _join(key, str(k)),
+                    f"unknown key {k!r}",
+                    "remove it or fix its spelling; keys allowed here: "
+                    + ", ".join(sorted(allowed)),
+                )
+        for k in required:
+            if k not in value:
+                raise self.error(_join(key, k), f"missing key {k!r}", f"add {_join(key, k)}")
+        return value
+
+    def string(self, value: Any, key: str, pattern: re.Pattern[str] | None, example: str) -> str:
+        if not isinstance(value, str):
+            raise self.error(
+                key,
+                f"must be a string, got {type(value).__name__} {value!r}",
+                f"quote it (YAML reads bare numbers as numbers), e.g. {key.split('.')[-1]}: "
+                f'"{example}"',
+            )
+        if pattern is not None and not pattern.match(value):
+            raise self.error(key, f"malformed value {value!r}", f"write it like {example!r}")
+        return value
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}", "write true or false")
+        return value
+
+    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, "must be a list of strings", f"write {key} as [a, b]")
+        return tuple(value)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: str | None) -> Pins:
+    kernel = key.startswith("kernel.")
+    required = ("package", "version")
+    optional: tuple[str, ...] = ("depends",)
+    if kernel:
+        required += ("distro", "release", "hold")
+        optional += ("hold_packages",)
+    elif family == "redhat" and key.startswith("driver."):
+        optional += ("module_stream",)
+    data = r.mapping(raw, key, required, optional)
+    name_re, version_re = _NAME_RE[family], PACKAGE_VERSION_RE[family]
+    package = r.string(data["package"], f"{key}.package", name_re, "nvidia-driver-550-open")
+    version = r.string(data["version"], f"{key}.version", version_re, _VERSION_EXAMPLE[family])
+    if upstream is not None and upstream_of(version) != upstream:
+        raise r.error(
+            f"{key}.version",
+            f"package version {version!r} is not upstream version {upstream!r}",
+            f"make the package version {upstream}-<revision>, or change the component's "
+            "version to match",
+        )
+    depends: list[Package] = []
+    for i, item in enumerate(r.strings(data.get("depends", []), f"{key}.depends")):
+        # "name" shares the main package's version; "name=version" pins its own.
+        name, sep, own = item.partition("=")
+        item_key = f"{key}.depends[{i}]"
+        r.string(name, item_key, name_re, "nvidia-utils-550")
+        if sep:
+            r.string(own, item_key, version_re, f"{name}={_VERSION_EXAMPLE[family]}")
+        depends.append(Package(name, own if sep else version))
+    if not kernel:
+        stream = data.get("module_stream")
+        if stream is not None:
+            stream = r.string(
+                stream,
+                f"{key}.module_stream",
+                re.compile(r"^[\w-]+:[\w.-]+$"),
+                "nvidia-driver:550-open",
+            )
+        return Pins(package=package, version=version, depends=tuple(depends), module_stream=stream)
+    hold = r.string(data["hold"], f"{key}.hold", None, HOLD_METHODS[family][0])
+    if hold not in HOLD_METHODS[family]:
+        raise r.error(
+            f"{key}.hold",
+            f"unknown hold method {hold!r} for {family}",
+            f"use {' or '.join(HOLD_METHODS[family])}",
+        )
+    return KernelPins(
+        package=package,
+        version=version,
+        depends=tuple(depends),
+        distro=r.string(data["distro"], f"{key}.distro", _DISTRO_RE, "ubuntu22.04"),
+        release=r.string(
+            data["release"], f"{key}.release", _KERNEL_RELEASE_RE, "5.15.0-119-generic"
+        ),
+        hold=hold,
+        hold_packages=r.strings(data.get("hold_packages", []), f"{key}.hold_packages"),
+    )
+
+
+def _read_component(r: _Reader, raw: Any, name: str, extra: tuple[str, ...] = ()) -> Component:
+    optional_component = name in OPTIONAL_COMPONENTS
+    if optional_component and isinstance(raw, dict) and raw.get("enabled") is False:
+        r.mapping(raw, name, ("enabled",), ("version", *OS_FAMILIES, *extra))
+        return Component(name=name, enabled=False, version=None, pins={})
+    has_version = name != "kernel"
+    required = (*(("version",) if has_version else ()), *OS_FAMILIES, *extra)
+    optional = ("enabled",) if optional_component else ()
+    data = r.mapping(raw, name, required, optional)
+    if "enabled" in data:
+        r.boolean(data["enabled"], f"{name}.enabled")
+    version = (
+        r.string(data["version"], f"{name}.version", UPSTREAM_RE, "12.4.1") if has_version else None
+    )
+    pins = {f: _read_pins(r, data[f], f"{name}.{f}", f, version) for f in OS_FAMILIES}
+    return Component(name=name, enabled=True, version=version, pins=pins)
+
+
+def _read_driver(r: _Reader, raw: Any) -> Driver:
+    base = _read_component(r, raw, "driver", ("branch", "flavor"))
+    branch = r.string(raw["branch"], "driver.branch", _BRANCH_RE, "550")
+    flavor = r.string(raw["flavor"], "driver.flavor", None, "open")
+    if flavor not in FLAVORS:
+        raise r.error("driver.flavor", f"unknown flavor {flavor!r}", "use open or proprietary")
+    if not str(base.version).startswith(f"{branch}."):
+        raise r.error(
+            "driver.version",
+            f"driver {base.version} is not on branch {branch}",
+            f"set driver.branch to {str(base.version).split('.')[0]!r} or pick a {branch}.x driver",
+        )
+    return Driver(
+        name="driver",
+        enabled=True,
+        version=base.version,
+        pins=base.pins,
+        branch=branch,
+        flavor=flavor,
+    )
+
+
+def parse_stack(data: Any, path: Path, label: str) -> Stack:
+    """Check a parsed stack document and build the Stack (ConfigError on the first fault)."""
+    r = _Reader(label)
+    top = r.mapping(
+        data,
+        "",
+        ("schema", "name", "description", "lab", "profiles", *COMPONENTS, "nvidia_peermem"),
+    )
+    if top["schema"] != SCHEMA:
+        raise r.error("schema", f"unsupported schema {top['schema']!r}", f"set schema: {SCHEMA}")
+    name = r.string(top["name"], "name", _STACK_NAME_RE, "lts-550-cuda12.4")
+    if name != path.stem:
+        raise r.error(
+            "name",
+            f"name {name!r} differs from the file name {path.name!r}",
+            f"rename the file to {name}.yaml or set name: {path.stem}",
+        )
+    peermem = r.mapping(top["nvidia_peermem"], "nvidia_peermem", ("enabled",))
+    components = {
+        c: _read_driver(r, top[c]) if c == "driver" else _read_component(r, top[c], c)
+        for c in COMPONENTS
+    }
+    return Stack(
+        name=name,
+        description=r.string(top["description"], "description", None, "what it is for"),
+        path=path,
+        label=label,
+        lab=r.boolean(top["lab"], "lab"),
+        profiles=r.strings(top["profiles"], "profiles"),
+        nvidia_peermem=r.boolean(peermem["enabled"], "nvidia_peermem.enabled"),
+        **components,  # type: ignore[arg-type]
+    )
+
+
+def read_stack_file(path: Path, label: str) -> Stack:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read stack file: {exc.strerror}",
+            where=label,
+            hint="check the path, or name a shipped stack (gpuboot/stacks/*.yaml)",
+        ) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            where=f"{label}:{line}",
+            hint="fix the YAML syntax (indentation, quotes)",
+        ) from exc
+    return parse_stack(data, path, label)

@@ -1,0 +1,200 @@
+"""From a stack to what the roles, the offline mirror and an upgrade plan need.
+
+``role_vars`` feeds the Ansible roles, ``mirror_packages`` lists what an air-gapped
+mirror must hold, ``compare`` turns a node's installed packages into a plan that says
+which changes need a reboot and which only restart a service.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuboot.stacks.model import Component, Pins, Stack, check_os_family
+from gpuboot.stacks.versions import compare_versions
+
+Action = Literal["install", "upgrade", "downgrade", "keep"]
+
+# Kernel-side components: a new version runs only after a reboot. An OFED change also
+# unloads nvidia_peermem (it holds ib_core), and the reboot is what loads it back.
+REBOOT_COMPONENTS = frozenset({"kernel", "driver", "doca_ofed", "nvidia_fs"})
+# Userspace daemons: a changed package takes effect when its service restarts.
+RESTARTS: dict[str, tuple[str, ...]] = {
+    "fabricmanager": ("nvidia-fabricmanager.service",),
+    "nscq": ("nvidia-dcgm.service",),  # the DCGM host engine loads NSCQ at start
+    "dcgm": ("nvidia-dcgm.service",),
+}
+
+# Packages that take each other's place across branches, flavors or releases: the old
+# one is what the new one upgrades (apt/dnf replace it through Conflicts/Provides).
+_SLOTS = (
+    (
+        re.compile(
+            r"^(nvidia-driver|nvidia-dkms|nvidia-utils|nvidia-compute-utils)-\d{3}(-open)?$"
+        ),
+        r"\1",
+    ),
+    (
+        re.compile(r"^(nvidia-fabricmanager|nvidia-fabric-manager)(-\d{3})?$"),
+        "nvidia-fabricmanager",
+    ),
+    (re.compile(r"^libnvidia-nscq(-\d{3})?$"), "libnvidia-nscq"),
+    (re.compile(r"^kmod-nvidia-(open|latest)-dkms$"), "kmod-nvidia-dkms"),
+    (re.compile(r"^(cuda-toolkit|nvidia-gds)-\d+-\d+$"), r"\1"),
+    (re.compile(r"^datacenter-gpu-manager(-4-core)?$"), "datacenter-gpu-manager"),
+    (re.compile(r"^datacenter-gpu-manager-4-cuda\d+$"), "datacenter-gpu-manager-4-cuda"),
+    (re.compile(r"^linux-(image|headers|modules)-\d+\.\d+\.\d+-\d+-([a-z0-9]+)$"), r"linux-\1-\2"),
+)
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    package: str
+    current: str | None
+    desired: str
+    action: Action
+    reboot: bool
+    restarts: tuple[str, ...]
+    replaces: str | None = None  # the installed package this one takes over from
+
+    def __str__(self) -> str:
+        was = f"{self.replaces} {self.current}" if self.replaces else (self.current or "-")
+        tail = (
+            " (reboot)"
+            if self.reboot
+            else (f" (restart {', '.join(self.restarts)})" if self.restarts else "")
+        )
+        return f"{self.action:9} {self.package} {was} -> {self.desired}{tail}"
+
+
+def _enabled(stack: Stack) -> list[Component]:
+    return [c for c in stack.components() if c.enabled]
+
+
+def _pin_strings(pins: Pins, os_family: str) -> list[str]:
+    # apt takes name=version; dnf takes name-[epoch:]version-release.
+    sep = "=" if os_family == "debian" else "-"
+    return [f"{p.name}{sep}{p.version}" for p in pins.packages]
+
+
+def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
+    """The variables the roles take, for one OS family (names as in roles/*/defaults)."""
+    check_os_family(os_family)
+    kernel = stack.kernel_pins(os_family)
+    driver = stack.driver.pins_for(os_family)
+    out: dict[str, Any] = {
+        "gpuboot_stack": stack.name,
+        "kernel_version": kernel.release,
+        "kernel_package_version": kernel.version,
+        "kernel_packages": _pin_strings(kernel, os_family),
+        "kernel_hold_method": kernel.hold,
+        "kernel_hold_packages": [p.name for p in kernel.packages] + list(kernel.hold_packages),
+        "nvidia_driver_branch": stack.driver.branch,
+        "nvidia_driver_version": driver.version,
+        "nvidia_driver_flavor": stack.driver.flavor,
+        "nvidia_driver_packages": _pin_strings(driver, os_family),
+        "nvidia_peermem_enabled": stack.nvidia_peermem,
+    }
+    if driver.module_stream:
+        out["nvidia_driver_module_stream"] = driver.module_stream
+    prefixes = {
+        "fabricmanager": "nvidia_fabricmanager",
+        "nscq": "nvidia_nscq",
+        "cuda": "cuda_toolkit",
+        "doca_ofed": "doca_ofed",
+        "nvidia_fs": "nvidia_fs",
+        "container_toolkit": "nvidia_container_toolkit",
+        "dcgm": "dcgm",
+    }
+    for name, prefix in prefixes.items():
+        comp: Component = getattr(stack, name)
+        if name in ("fabricmanager", "nscq", "doca_ofed", "nvidia_fs"):
+            out[f"{prefix}_enabled"] = comp.enabled
+        pins = comp.pins_for(os_family) if comp.enabled else None
+        out[f"{prefix}_package"] = pins.package if pins else None
+        out[f"{prefix}_version"] = pins.version if pins else None
+        out[f"{prefix}_packages"] = _pin_strings(pins, os_family) if pins else []
+    return out
+
+
+def mirror_packages(stack: Stack, os_family: str) -> list[tuple[str, str]]:
+    """Every (package, version) an offline mirror must hold for this stack, in install order."""
+    check_os_family(os_family)
+    seen: dict[tuple[str, str], None] = {}
+    for comp in _enabled(stack):
+        for pkg in comp.pins_for(os_family).packages:
+            seen[(pkg.name, pkg.version)] = None
+    return list(seen)
+
+
+def _slot(name: str) -> str | None:
+    for pattern, repl in _SLOTS:
+        if pattern.match(name):
+            return pattern.sub(repl, name)
+    return None
+
+
+def _current(
+    name: str, installed: dict[str, str], desired_names: set[str], os_family: str
+) -> tuple[str | None, str | None]:
+    """(installed version, replaced package) for a desired package."""
+    if name in installed:
+        return installed[name], None
+    slot = _slot(name)
+    if slot is None:
+        return None, None
+    rivals = [n for n in installed if n not in desired_names and _slot(n) == slot]
+    if not rivals:
+        return None, None
+    # The newest occupant of the slot is what the node runs now.
+    best = rivals[0]
+    for other in rivals[1:]:
+        if compare_versions(installed[other], installed[best], os_family) > 0:
+            best = other
+    return installed[best], best
+
+
+def compare(installed: dict[str, str], stack: Stack, os_family: str) -> list[PlanItem]:
+    """Plan from ``installed`` (package -> version, as ``dpkg-query -W`` prints) to the stack.
+
+    One item per package the stack pins, in install order. A package of another branch
+    or flavor that the pinned one replaces counts as its current version (``replaces``).
+    """
+    check_os_family(os_family)
+    desired_names = {name for name, _ in mirror_packages(stack, os_family)}
+    items: list[PlanItem] = []
+    done: set[str] = set()
+    for comp in _enabled(stack):
+        for pkg in comp.pins_for(os_family).packages:
+            if pkg.name in done:
+                continue
+            done.add(pkg.name)
+            current, replaces = _current(pkg.name, installed, desired_names, os_family)
+            if current is None:
+                action: Action = "install"
+            else:
+                order = compare_versions(current, pkg.version, os_family)
+                action = "keep" if order == 0 else ("upgrade" if order < 0 else "downgrade")
+            changes = action != "keep"
+            items.append(
+                PlanItem(
+                    package=pkg.name,
+                    current=current,
+                    desired=pkg.version,
+                    action=action,
+                    reboot=changes and comp.name in REBOOT_COMPONENTS,
+                    restarts=RESTARTS.get(comp.name, ()) if changes else (),
+                    replaces=replaces,
+                )
+            )
+    return items
+
+
+def needs_reboot(plan: list[PlanItem]) -> bool:
+    return any(item.reboot for item in plan)
+
+
+def restarts(plan: list[PlanItem]) -> list[str]:
+    """Services to restart when the plan does not reboot anyway (deduplicated, in order)."""
+    return list(dict.fromkeys(s for item in plan for s in item.restarts))
