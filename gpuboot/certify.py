@@ -49,13 +49,20 @@ class _Collector:
             exc = call.excinfo.value if call.excinfo else None
             reason = str(exc) if exc else report.longreprtext.strip().splitlines()[-1]
             self.findings.setdefault(name, {})[rule_id] = rules.Finding(
-                rule.id, rule.title, rules.ERROR, f"cannot judge: {reason}",
-                "fix the harness or reach the node, then certify again")
+                rule.id,
+                rule.title,
+                rules.ERROR,
+                f"cannot judge: {reason}",
+                "fix the harness or reach the node, then certify again",
+            )
 
 
 def _node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
-    return {"host": host, "verdict": rules.verdict(findings),
-            "findings": [f.__dict__ for f in findings]}
+    return {
+        "host": host,
+        "verdict": rules.verdict(findings),
+        "findings": [f.__dict__ for f in findings],
+    }
 
 
 def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
@@ -63,14 +70,23 @@ def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
     for path in sorted(bundle.rglob("*")):
         if path.is_file() and path.name != "MANIFEST.json":
             files[str(path.relative_to(bundle))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    manifest = {"run_id": run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "gpuboot": __version__, "hosts": {r["host"]: r["verdict"] for r in reports},
-                "files": files}
+    manifest = {
+        "run_id": run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpuboot": __version__,
+        "hosts": {r["host"]: r["verdict"] for r in reports},
+        "files": files,
+    }
     (bundle / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
 
 
-def certify(inventory: str, *, limit: str | None = None, bundle_root: str | None = None,
-            progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+def certify(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    bundle_root: str | None = None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
     from gpuboot.runner import new_run_dir
 
     inv = load_inventory(inventory)
@@ -78,29 +94,47 @@ def certify(inventory: str, *, limit: str | None = None, bundle_root: str | None
         try:
             load_profile(hostvars["gpuboot_profile"])
         except ConfigError as exc:
-            raise ConfigError(exc.message, where=f"{inv.path}: {host}.gpuboot_profile",
-                              hint=exc.hint) from exc
+            raise ConfigError(
+                exc.message, where=f"{inv.path}: {host}.gpuboot_profile", hint=exc.hint
+            ) from exc
     run_id, run_dir = new_run_dir("certify")
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
     collector = _Collector()
     paths.put_venv_on_path()  # testinfra runs ansible-inventory by name
-    args = [str(CHECKS), f"--hosts=ansible://{limit or 'all'}",
-            f"--ansible-inventory={inv.path.resolve()}", f"--gpuboot-bundle={bundle}",
-            f"--junitxml={run_dir / 'junit.xml'}", "-p", "no:cacheprovider",
-            f"--rootdir={CHECKS.parent}", "-c", "/dev/null", "-q"]
+    args = [
+        str(CHECKS),
+        f"--hosts=ansible://{limit or 'all'}",
+        f"--ansible-inventory={inv.path.resolve()}",
+        f"--gpuboot-bundle={bundle}",
+        f"--junitxml={run_dir / 'junit.xml'}",
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={CHECKS.parent}",
+        "-c",
+        "/dev/null",
+        "-q",
+    ]
     progress(f"certify: collecting evidence and checking {len(inv.hosts)} host(s)")
     started = time.monotonic()
     with open(run_dir / "pytest.log", "w") as log, contextlib.redirect_stdout(log):
         rc = pytest.main(args, plugins=[collector])
     if rc not in (0, 1) or not collector.findings:
-        raise RunError(f"the check run broke (pytest exit {rc})", where=str(run_dir / "pytest.log"),
-                       hint="read the log; an empty --limit match also ends here")
+        raise RunError(
+            f"the check run broke (pytest exit {rc})",
+            where=str(run_dir / "pytest.log"),
+            hint="read the log; an empty --limit match also ends here",
+        )
     reports = [_node_report(h, list(f.values())) for h, f in sorted(collector.findings.items())]
     _manifest(bundle, run_id, reports)
-    report = {"run_id": run_id, "run_dir": str(run_dir), "bundle": str(bundle),
-              "elapsed_s": round(time.monotonic() - started, 2),
-              "passed": all(r["verdict"] == rules.PASS for r in reports), "nodes": reports}
+    report = {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "bundle": str(bundle),
+        "elapsed_s": round(time.monotonic() - started, 2),
+        "passed": all(r["verdict"] == rules.PASS for r in reports),
+        "nodes": reports,
+    }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -111,12 +145,18 @@ def evaluate_bundle(bundle: str, *, profile: str | None = None) -> dict[str, Any
 
     root = Path(bundle)
     if not root.is_dir():
-        raise BadInput("evidence bundle is not a directory", where=str(root),
-                       hint="pass the bundle path `gpuboot certify` printed")
+        raise BadInput(
+            "evidence bundle is not a directory",
+            where=str(root),
+            hint="pass the bundle path `gpuboot certify` printed",
+        )
     host_dirs = sorted(p for p in root.iterdir() if p.is_dir())
     if not host_dirs:
-        raise BadInput("evidence bundle holds no host directories", where=str(root),
-                       hint="a bundle is <bundle>/<host>/<probe-file>")
+        raise BadInput(
+            "evidence bundle holds no host directories",
+            where=str(root),
+            hint="a bundle is <bundle>/<host>/<probe-file>",
+        )
     fixed_profile = load_profile(profile) if profile else None
     reports = []
     for host_dir in host_dirs:
@@ -124,11 +164,18 @@ def evaluate_bundle(bundle: str, *, profile: str | None = None) -> dict[str, Any
         node_profile = fixed_profile
         if node_profile is None:
             if not meta.get("profile"):
-                raise BadInput("no profile recorded for this host", where=str(host_dir / "meta.json"),
-                               hint="pass --profile SKU")
+                raise BadInput(
+                    "no profile recorded for this host",
+                    where=str(host_dir / "meta.json"),
+                    hint="pass --profile SKU",
+                )
             node_profile = load_profile(meta["profile"])
-        ctx = rules.NodeContext(host=host_dir.name, profile=node_profile,
-                                hostvars=meta.get("pins", {}))
+        ctx = rules.NodeContext(
+            host=host_dir.name, profile=node_profile, hostvars=meta.get("pins", {})
+        )
         reports.append(_node_report(host_dir.name, rules.evaluate(evidence, ctx)))
-    return {"bundle": str(root), "passed": all(r["verdict"] == rules.PASS for r in reports),
-            "nodes": reports}
+    return {
+        "bundle": str(root),
+        "passed": all(r["verdict"] == rules.PASS for r in reports),
+        "nodes": reports,
+    }

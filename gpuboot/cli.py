@@ -30,8 +30,11 @@ def _err(msg: str) -> None:
 
 
 def _progress(args) -> Any:
-    return (lambda msg: _err(f"gpuboot: {msg}")) if not getattr(args, "quiet", False) else (
-        lambda _msg: None)
+    return (
+        (lambda msg: _err(f"gpuboot: {msg}"))
+        if not getattr(args, "quiet", False)
+        else (lambda _msg: None)
+    )
 
 
 # ---------------------------------------------------------------- lab
@@ -39,11 +42,17 @@ def cmd_lab_up(args) -> Outcome:
     from gpuboot.lab import lab
 
     created = lab.up(args.name, args.nodes, args.profile, progress=_progress(args))
-    doc = {"lab": created.name, "profile": created.profile, "inventory": str(created.inventory),
-           "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes]}
-    text = (f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
-            f"inventory: {created.inventory}\n"
-            f"next: gpuboot install -i {created.inventory}")
+    doc = {
+        "lab": created.name,
+        "profile": created.profile,
+        "inventory": str(created.inventory),
+        "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes],
+    }
+    text = (
+        f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
+        f"inventory: {created.inventory}\n"
+        f"next: gpuboot install -i {created.inventory}"
+    )
     return Outcome(EXIT_OK, doc, text)
 
 
@@ -62,8 +71,11 @@ def cmd_lab_status(args) -> Outcome:
     from gpuboot.ui import table
 
     labs = lab.status(args.name)
-    rows = [(entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
-            for entry in labs for n in entry["nodes"]]
+    rows = [
+        (entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
+        for entry in labs
+        for n in entry["nodes"]
+    ]
     text = table(("lab", "profile", "node", "ip", "state"), rows) if rows else "no labs"
     return Outcome(EXIT_OK, {"labs": labs}, text)
 
@@ -87,7 +99,9 @@ def cmd_lab_fault(args) -> Outcome:
 def cmd_lab_clear(args) -> Outcome:
     from gpuboot.lab import lab
 
-    out = lab.emulator_ctl(args.name, args.node, "fault", "clear", *([args.kind] if args.kind else []))
+    out = lab.emulator_ctl(
+        args.name, args.node, "fault", "clear", *([args.kind] if args.kind else [])
+    )
     doc = {"lab": args.name, "node": args.node, "cleared": args.kind or "all"}
     return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: faults cleared")
 
@@ -99,11 +113,18 @@ def cmd_install(args) -> Outcome:
 
     live = LiveHosts(sys.stderr.write, sys.stderr.isatty()) if not args.quiet else None
     result = install.install(
-        args.inventory, limit=args.limit, tags=tuple(args.tags or ()), forks=args.forks,
-        check=args.check, diff=args.diff, on_update=live.update if live else None,
+        args.inventory,
+        limit=args.limit,
+        tags=tuple(args.tags or ()),
+        forks=args.forks,
+        check=args.check,
+        diff=args.diff,
+        on_update=live.update if live else None,
     )
-    rows = [(h, r.status, r.ok, r.changed, r.failed, r.failed_task or "", r.reason or "")
-            for h, r in sorted(result.hosts.items())]
+    rows = [
+        (h, r.status, r.ok, r.changed, r.failed, r.failed_task or "", r.reason or "")
+        for h, r in sorted(result.hosts.items())
+    ]
     text = table(("host", "status", "ok", "changed", "failed", "failed task", "reason"), rows)
     text += f"\n{len(result.hosts)} host(s) in {result.elapsed_s:.1f}s; run dir {result.run_dir}"
     code = EXIT_NODE_FAILED if result.failed_hosts else EXIT_OK
@@ -116,16 +137,25 @@ def _verdict_text(report: dict[str, Any]) -> str:
 
     rows = []
     for node in report["nodes"]:
-        bad = sorted((f for f in node["findings"] if f["status"] != "PASS"),
-                     key=lambda f: f["status"] != node["verdict"])
+        bad = sorted(
+            (f for f in node["findings"] if f["status"] != "PASS"),
+            key=lambda f: f["status"] != node["verdict"],
+        )
         first = bad[0] if bad else None
-        rows.append((node["host"], node["verdict"],
-                     f"{first['rule']} {first['title']}" if first else "",
-                     first["reason"] if first else f"{len(node['findings'])} checks passed"))
+        rows.append(
+            (
+                node["host"],
+                node["verdict"],
+                f"{first['rule']} {first['title']}" if first else "",
+                first["reason"] if first else f"{len(node['findings'])} checks passed",
+            )
+        )
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
-        bad = sorted((f for f in node["findings"] if f["status"] != "PASS"),
-                     key=lambda f: f["status"] != node["verdict"])
+        bad = sorted(
+            (f for f in node["findings"] if f["status"] != "PASS"),
+            key=lambda f: f["status"] != node["verdict"],
+        )
         for f in bad[1:]:
             text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
     if report.get("bundle"):
@@ -136,8 +166,9 @@ def _verdict_text(report: dict[str, Any]) -> str:
 def cmd_certify(args) -> Outcome:
     from gpuboot import certify
 
-    report = certify.certify(args.inventory, limit=args.limit, bundle_root=args.bundle_dir,
-                             progress=_progress(args))
+    report = certify.certify(
+        args.inventory, limit=args.limit, bundle_root=args.bundle_dir, progress=_progress(args)
+    )
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
     return Outcome(code, report, _verdict_text(report))
 
@@ -163,8 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
-    p = _Parser(prog="gpuboot", description="Bootstrap, pin and certify GPU servers.",
-                epilog="exit codes: 0 all good, 1 a node failed, 2 bad input, 3 the run broke")
+    p = _Parser(
+        prog="gpuboot",
+        description="Bootstrap, pin and certify GPU servers.",
+        epilog="exit codes: 0 all good, 1 a node failed, 2 bad input, 3 the run broke",
+    )
     p.add_argument("--version", action="version", version=f"gpuboot {__version__}")
     verbs = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
@@ -176,13 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
     up.set_defaults(func=cmd_lab_up)
-    lab_verbs.add_parser("image", parents=[common], help="build the node image (cached)").set_defaults(
-        func=cmd_lab_image)
+    lab_verbs.add_parser(
+        "image", parents=[common], help="build the node image (cached)"
+    ).set_defaults(func=cmd_lab_image)
     st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
     st.add_argument("--name", default=None)
     st.set_defaults(func=cmd_lab_status)
     lab_verbs.add_parser("down", parents=[common, name], help="remove a lab entirely").set_defaults(
-        func=cmd_lab_down)
+        func=cmd_lab_down
+    )
     fault = lab_verbs.add_parser("fault", parents=[common, name], help="inject a hardware fault")
     fault.add_argument("node")
     fault.add_argument("kind", help="e.g. xid, driver-mismatch, nvlink-down, pcie-downtrain")
@@ -198,20 +234,28 @@ def build_parser() -> argparse.ArgumentParser:
     run_opts.add_argument("-i", "--inventory", required=True)
     run_opts.add_argument("--limit", help="Ansible host pattern")
 
-    inst = verbs.add_parser("install", parents=[common, run_opts],
-                            help="install and pin the software stack")
+    inst = verbs.add_parser(
+        "install", parents=[common, run_opts], help="install and pin the software stack"
+    )
     inst.add_argument("--tags", action="append", help="only tasks with this tag (repeatable)")
     inst.add_argument("--forks", type=int, default=10)
-    inst.add_argument("--check", action="store_true", help="report what would change; change nothing")
+    inst.add_argument(
+        "--check", action="store_true", help="report what would change; change nothing"
+    )
     inst.add_argument("--diff", action="store_true", help="show file and package differences")
     inst.set_defaults(func=cmd_install)
 
-    cert = verbs.add_parser("certify", parents=[common, run_opts],
-                            help="check each node against its profile; collect evidence")
+    cert = verbs.add_parser(
+        "certify",
+        parents=[common, run_opts],
+        help="check each node against its profile; collect evidence",
+    )
     cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     cert.set_defaults(func=cmd_certify)
 
-    ev = verbs.add_parser("evaluate", parents=[common], help="re-evaluate an evidence bundle offline")
+    ev = verbs.add_parser(
+        "evaluate", parents=[common], help="re-evaluate an evidence bundle offline"
+    )
     ev.add_argument("--bundle", required=True)
     ev.add_argument("--profile", help="SKU profile to judge against (default: from meta.json)")
     ev.set_defaults(func=cmd_evaluate)
@@ -227,8 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     except GpubootError as exc:
         _err(f"gpuboot: error: {exc}")
         if want_json:
-            print(json.dumps({"error": {"message": exc.message, "where": exc.where,
-                                        "hint": exc.hint, "exit_code": exc.exit_code}}))
+            print(
+                json.dumps(
+                    {
+                        "error": {
+                            "message": exc.message,
+                            "where": exc.where,
+                            "hint": exc.hint,
+                            "exit_code": exc.exit_code,
+                        }
+                    }
+                )
+            )
         return exc.exit_code
     except KeyboardInterrupt:
         _err("gpuboot: interrupted")

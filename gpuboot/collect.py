@@ -27,18 +27,22 @@ PROBE_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class Probe:
-    file: str      # evidence file name: the command with spaces as "_"
-    command: str   # may use {procfs} and {sysfs}
+    file: str  # evidence file name: the command with spaces as "_"
+    command: str  # may use {procfs} and {sysfs}
 
 
 PROBES: tuple[Probe, ...] = (
-    Probe("nvidia-smi_--query-gpu_--format=csv.csv",
-          f"nvidia-smi --query-gpu={QUERY_FIELDS} --format=csv"),
+    Probe(
+        "nvidia-smi_--query-gpu_--format=csv.csv",
+        f"nvidia-smi --query-gpu={QUERY_FIELDS} --format=csv",
+    ),
     Probe("nvidia-smi_-q.txt", "nvidia-smi -q"),
     Probe("dmesg.txt", "dmesg"),
     Probe("lsmod.txt", "lsmod"),
     Probe("proc_driver_nvidia_version.txt", "cat {procfs}/driver/nvidia/version"),
-    Probe("dpkg-query_-W.txt", "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"),
+    Probe(
+        "dpkg-query_-W.txt", "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
+    ),
     Probe("apt-mark_showhold.txt", "apt-mark showhold"),
     Probe("reboot-required.txt", "cat /var/run/reboot-required* 2>/dev/null; true"),
 )
@@ -56,26 +60,31 @@ Evidence = dict[str, ProbeOutput]
 
 def script(procfs: str = "/proc", sysfs: str = "/sys") -> str:
     """The one command a node runs; it prints a base64 tar of the probe outputs."""
-    lines = ['d=$(mktemp -d) || exit 97', 'cd "$d" || exit 97']
+    lines = ["d=$(mktemp -d) || exit 97", 'cd "$d" || exit 97']
     for probe in PROBES:
         cmd = probe.command.replace("{procfs}", procfs).replace("{sysfs}", sysfs)
         f = shlex.quote(probe.file)
-        lines.append(f"timeout {PROBE_TIMEOUT_S} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; "
-                     f"echo $? >{f}.rc")
-    lines += ['tar -cf - . | base64 -w0', 'cd / && rm -rf "$d"']
+        lines.append(
+            f"timeout {PROBE_TIMEOUT_S} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; echo $? >{f}.rc"
+        )
+    lines += ["tar -cf - . | base64 -w0", 'cd / && rm -rf "$d"']
     return "\n".join(lines)
 
 
 def unpack(payload: str) -> Evidence:
     evidence: Evidence = {}
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(payload))) as tar:
-        files = {m.name.removeprefix("./"): tar.extractfile(m) for m in tar.getmembers() if m.isfile()}
+        files = {
+            m.name.removeprefix("./"): tar.extractfile(m) for m in tar.getmembers() if m.isfile()
+        }
         raw = {name: f.read().decode(errors="replace") for name, f in files.items() if f}
     for probe in PROBES:
         if probe.file in raw:
             evidence[probe.file] = ProbeOutput(
-                stdout=raw[probe.file], stderr=raw.get(probe.file + ".stderr", ""),
-                rc=int(raw.get(probe.file + ".rc", "255").strip() or 255))
+                stdout=raw[probe.file],
+                stderr=raw.get(probe.file + ".stderr", ""),
+                rc=int(raw.get(probe.file + ".rc", "255").strip() or 255),
+            )
     return evidence
 
 
@@ -98,6 +107,9 @@ def read_host_bundle(host_dir: Path) -> tuple[Evidence, dict]:
         if path.name == "meta.json" or not path.is_file():
             continue
         info = probes.get(path.name, {})
-        evidence[path.name] = ProbeOutput(stdout=path.read_text(errors="replace"),
-                                          stderr=info.get("stderr", ""), rc=info.get("rc", 0))
+        evidence[path.name] = ProbeOutput(
+            stdout=path.read_text(errors="replace"),
+            stderr=info.get("stderr", ""),
+            rc=info.get("rc", 0),
+        )
     return evidence, meta

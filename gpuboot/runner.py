@@ -70,8 +70,11 @@ class PlayResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "run_dir": str(self.run_dir), "rc": self.rc,
-            "status": self.status, "elapsed_s": round(self.elapsed_s, 2),
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "rc": self.rc,
+            "status": self.status,
+            "elapsed_s": round(self.elapsed_s, 2),
             "hosts": {h: {**asdict(r), "status": r.status} for h, r in self.hosts.items()},
         }
 
@@ -132,8 +135,12 @@ class EventFolder:
 
     def _fold_stats(self, stats: dict[str, Any]) -> None:
         """The final stats are authoritative for the counters."""
-        for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
-                          ("skipped", "skipped")):
+        for key, attr in (
+            ("ok", "ok"),
+            ("changed", "changed"),
+            ("failures", "failed"),
+            ("skipped", "skipped"),
+        ):
             for host, count in (stats.get(key) or {}).items():
                 setattr(self._host(host), attr, count)
         for host in stats.get("dark") or {}:
@@ -152,8 +159,8 @@ def ansible_env(run_dir: Path) -> dict[str, str]:
         "PATH": paths.put_venv_on_path(),
         "ANSIBLE_ROLES_PATH": str(paths.PROJECT_DIR / "roles"),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_PIPELINING": "True",           # one SSH exec per task, no temp-file copy
-        "ANSIBLE_GATHERING": "explicit",        # plays ask for the facts they need
+        "ANSIBLE_PIPELINING": "True",  # one SSH exec per task, no temp-file copy
+        "ANSIBLE_GATHERING": "explicit",  # plays ask for the facts they need
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
@@ -162,8 +169,9 @@ def ansible_env(run_dir: Path) -> dict[str, str]:
     }
 
 
-def run(spec: RunSpec,
-        on_update: Callable[[dict[str, HostResult]], None] | None = None) -> PlayResult:
+def run(
+    spec: RunSpec, on_update: Callable[[dict[str, HostResult]], None] | None = None
+) -> PlayResult:
     """Run one playbook; host failures are results, only a broken run raises."""
     import ansible_runner  # heavy: imported only when a play actually runs
 
@@ -198,8 +206,14 @@ def run(spec: RunSpec,
     except Exception as exc:  # runner's own failures (bad paths, missing binaries)
         raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
     elapsed = time.monotonic() - started
-    result = PlayResult(run_id=run_id, run_dir=run_dir, rc=runner.rc, status=runner.status,
-                        elapsed_s=elapsed, hosts=folder.hosts)
+    result = PlayResult(
+        run_id=run_id,
+        run_dir=run_dir,
+        rc=runner.rc,
+        status=runner.status,
+        elapsed_s=elapsed,
+        hosts=folder.hosts,
+    )
     stdout = run_dir / "artifacts" / "job" / "stdout"
     if stdout.exists():
         (run_dir / "stdout").symlink_to(stdout.relative_to(run_dir))
@@ -208,7 +222,10 @@ def run(spec: RunSpec,
     # that is a broken run, not a verdict on any host.
     if not folder.stats_seen:
         tail = stdout.read_text()[-1500:] if stdout.exists() else ""
-        raise RunError(f"ansible-playbook broke (status {runner.status}, rc {runner.rc}): "
-                       f"{tail.strip().splitlines()[-1] if tail.strip() else 'no output'}",
-                       where=str(run_dir), hint=f"full output in {run_dir}/stdout")
+        raise RunError(
+            f"ansible-playbook broke (status {runner.status}, rc {runner.rc}): "
+            f"{tail.strip().splitlines()[-1] if tail.strip() else 'no output'}",
+            where=str(run_dir),
+            hint=f"full output in {run_dir}/stdout",
+        )
     return result

@@ -5,15 +5,24 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 
-STATUS_MARK = {"ok": "ok", "changed": "changed", "failed": "FAILED", "unreachable": "UNREACHABLE",
-               "PASS": "PASS", "WARN": "WARN", "FAIL": "FAIL", "ERROR": "ERROR"}
+STATUS_MARK = {
+    "ok": "ok",
+    "changed": "changed",
+    "failed": "FAILED",
+    "unreachable": "UNREACHABLE",
+    "PASS": "PASS",
+    "WARN": "WARN",
+    "FAIL": "FAIL",
+    "ERROR": "ERROR",
+}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in headers]] + [[("" if c is None else str(c)) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in cells]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

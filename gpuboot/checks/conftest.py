@@ -40,15 +40,20 @@ def _collect(host, bundle: Path | None) -> dict:
     cmd = host.run(script(procfs, sysfs))
     if cmd.rc != 0 or not cmd.stdout.strip():
         why = (cmd.stderr.strip() or cmd.stdout.strip() or f"exit {cmd.rc}").splitlines()[-1]
-        raise HostUnreachable(f"evidence collection failed (exit {cmd.rc}): {why}",
-                              where=_name(host))
+        raise HostUnreachable(
+            f"evidence collection failed (exit {cmd.rc}): {why}", where=_name(host)
+        )
     evidence = unpack(cmd.stdout.strip())
     if bundle is not None:
         pins = {k: v for k, v in hostvars.items() if k.startswith(("nvidia_", "gpuboot_"))}
-        meta = {"host": _name(host), "profile": hostvars.get("gpuboot_profile"),
-                "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-                "collect_s": round(time.time() - started, 3), "gpuboot": __version__,
-                "pins": pins}
+        meta = {
+            "host": _name(host),
+            "profile": hostvars.get("gpuboot_profile"),
+            "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "collect_s": round(time.time() - started, 3),
+            "gpuboot": __version__,
+            "pins": pins,
+        }
         write_host_bundle(bundle / _name(host), evidence, meta)
     return {"evidence": evidence, "hostvars": hostvars}
 
@@ -89,5 +94,7 @@ def node(host, _evidence_store) -> dict:
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
     if profile is None:
         raise HostUnreachable("host has no gpuboot_profile", where=_name(host))
-    return {"evidence": entry["evidence"],
-            "ctx": NodeContext(host=_name(host), profile=profile, hostvars=hostvars)}
+    return {
+        "evidence": entry["evidence"],
+        "ctx": NodeContext(host=_name(host), profile=profile, hostvars=hostvars),
+    }

@@ -52,8 +52,8 @@ class Finding:
 class Rule:
     id: str
     title: str
-    severity: str          # FAIL or WARN: what a violation makes the node
-    action: str            # what the operator should do when it fails
+    severity: str  # FAIL or WARN: what a violation makes the node
+    action: str  # what the operator should do when it fails
     check: Callable[[Evidence, NodeContext], str | None]  # None = pass, text = why not
 
     def evaluate(self, evidence: Evidence, ctx: NodeContext) -> Finding:
@@ -107,8 +107,9 @@ def _upstream(debian_version: str) -> str:
 def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
     branch, pinned = ctx.var("nvidia_driver_branch"), ctx.var("nvidia_driver_version")
     if not branch or not pinned:
-        raise MissingEvidence("no driver pin (nvidia_driver_branch/_version) for this host",
-                              where=ctx.host)
+        raise MissingEvidence(
+            "no driver pin (nvidia_driver_branch/_version) for this host", where=ctx.host
+        )
     want = _upstream(str(pinned))
     packages = {}
     for line in probe(evidence, "dpkg-query_-W.txt").stdout.splitlines():
@@ -142,8 +143,11 @@ def check_gpu_count(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = [f"GPU {pci} lost: {msg}" for pci, msg in lost]
     if len(rows) != expected:
         problems.insert(0, f"{len(rows)} of {expected} GPUs visible")
-    wrong = [f"GPU {r.text('index')} is {r.text('name')}" for r in rows
-             if model and r.text("name") != model]
+    wrong = [
+        f"GPU {r.text('index')} is {r.text('name')}"
+        for r in rows
+        if model and r.text("name") != model
+    ]
     problems += [f"{w}, profile expects {model}" for w in wrong]
     return "; ".join(problems) or None
 
@@ -157,8 +161,11 @@ def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 
 def check_xid(evidence: Evidence, ctx: NodeContext) -> str | None:
-    log = parse_kernel_log(probe(evidence, "dmesg.txt").stdout) \
-        if probe(evidence, "dmesg.txt").stdout.strip() else None
+    log = (
+        parse_kernel_log(probe(evidence, "dmesg.txt").stdout)
+        if probe(evidence, "dmesg.txt").stdout.strip()
+        else None
+    )
     if log is None:
         return None  # an empty kernel ring buffer holds no Xid
     bad = [x for x in log.xids if x.info.category != "application"]
@@ -167,8 +174,10 @@ def check_xid(evidence: Evidence, ctx: NodeContext) -> str | None:
     seen: dict[int, list[str]] = {}
     for x in bad:
         seen.setdefault(x.code, []).append(x.pci)
-    parts = [f"Xid {code} ({xid_meaning(code)}) on {', '.join(sorted(set(pcis)))}"
-             for code, pcis in sorted(seen.items())]
+    parts = [
+        f"Xid {code} ({xid_meaning(code)}) on {', '.join(sorted(set(pcis)))}"
+        for code, pcis in sorted(seen.items())
+    ]
     return "; ".join(parts)
 
 
@@ -179,15 +188,34 @@ def xid_meaning(code: int) -> str:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("STK-001", "driver userspace and kernel module match the pin", FAIL,
-         "reinstall the stack (`gpuboot install`), then reboot the node", check_driver_versions),
-    Rule("GPU-001", "GPU count and model as the profile expects", FAIL,
-         "reseat or RMA the missing GPU; check `nvidia-smi -q` and the kernel log", check_gpu_count),
-    Rule("GPU-002", "persistence mode enabled on every GPU", FAIL,
-         "enable nvidia-persistenced (`gpuboot install --tags driver`)", check_persistence),
-    Rule("XID-001", "no hardware Xid in the kernel log since boot", FAIL,
-         "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
-         check_xid),
+    Rule(
+        "STK-001",
+        "driver userspace and kernel module match the pin",
+        FAIL,
+        "reinstall the stack (`gpuboot install`), then reboot the node",
+        check_driver_versions,
+    ),
+    Rule(
+        "GPU-001",
+        "GPU count and model as the profile expects",
+        FAIL,
+        "reseat or RMA the missing GPU; check `nvidia-smi -q` and the kernel log",
+        check_gpu_count,
+    ),
+    Rule(
+        "GPU-002",
+        "persistence mode enabled on every GPU",
+        FAIL,
+        "enable nvidia-persistenced (`gpuboot install --tags driver`)",
+        check_persistence,
+    ),
+    Rule(
+        "XID-001",
+        "no hardware Xid in the kernel log since boot",
+        FAIL,
+        "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
+        check_xid,
+    ),
 )
 
 RULES_BY_ID = {rule.id: rule for rule in RULES}
@@ -200,8 +228,15 @@ def evaluate(evidence: Evidence, ctx: NodeContext) -> list[Finding]:
         try:
             findings.append(rule.evaluate(evidence, ctx))
         except GpubootError as exc:
-            findings.append(Finding(rule.id, rule.title, ERROR, f"cannot judge: {exc}",
-                                    "fix the harness or probe, then certify again"))
+            findings.append(
+                Finding(
+                    rule.id,
+                    rule.title,
+                    ERROR,
+                    f"cannot judge: {exc}",
+                    "fix the harness or probe, then certify again",
+                )
+            )
     return findings
 
 

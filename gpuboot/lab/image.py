@@ -49,11 +49,16 @@ def ensure_image(log: Path | None = None) -> str:
         with log.open("wb") as out:
             proc = subprocess.run(
                 ["sh", str(RECIPE), str(work / "rootfs"), host_mirror(), tag],
-                env=podman_env(), stdout=out, stderr=subprocess.STDOUT,
+                env=podman_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         if proc.returncode != 0:
-            raise RunError(f"building the lab node image failed (exit {proc.returncode})",
-                           where=str(log), hint="read the log; the Debian mirror must be reachable")
+            raise RunError(
+                f"building the lab node image failed (exit {proc.returncode})",
+                where=str(log),
+                hint="read the log; the Debian mirror must be reachable",
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return tag

@@ -72,16 +72,21 @@ class Lab:
 
 def _check_name(name: str) -> None:
     if not NAME_RE.match(name):
-        raise BadInput(f"invalid lab name {name!r}",
-                       hint="use 1-31 characters: lower-case letters, digits and '-', starting with a letter")
+        raise BadInput(
+            f"invalid lab name {name!r}",
+            hint="use 1-31 characters: lower-case letters, digits and '-', starting with a letter",
+        )
 
 
 def load(name: str) -> Lab:
     _check_name(name)
     state = paths.labs_dir() / name / "lab.json"
     if not state.exists():
-        raise BadInput(f"no lab named {name!r}", where=str(state),
-                       hint="`gpuboot lab status` lists the labs; `gpuboot lab up` creates one")
+        raise BadInput(
+            f"no lab named {name!r}",
+            where=str(state),
+            hint="`gpuboot lab status` lists the labs; `gpuboot lab up` creates one",
+        )
     data = json.loads(state.read_text())
     data["nodes"] = [Node(**n) for n in data.get("nodes", [])]
     return Lab(**data)
@@ -93,8 +98,11 @@ def names() -> list[str]:
 
 
 def _keygen(path: Path, comment: str) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
     return path.with_suffix(".pub").read_text().split()[:2]  # type: ignore[return-value]
 
 
@@ -109,8 +117,10 @@ def up(name: str, nodes: int, profile: str, progress: Progress = lambda _: None)
         raise BadInput(f"--nodes {nodes} is out of range", hint=f"ask for 1 to {MAX_NODES} nodes")
     hw_profile = load_profile(profile)
     if (paths.labs_dir() / name / "lab.json").exists():
-        raise BadInput(f"lab {name!r} already exists",
-                       hint=f"`gpuboot lab down --name {name}` first, or pick another --name")
+        raise BadInput(
+            f"lab {name!r} already exists",
+            hint=f"`gpuboot lab down --name {name}` first, or pick another --name",
+        )
     if shutil.which("ssh-keygen") is None:
         raise RunError("ssh-keygen is not installed", hint="run `make setup`")
 
@@ -138,8 +148,9 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
     (lab.dir / "profile.json").write_text(json.dumps(hw_profile, indent=2))
 
     net_name = f"gpuboot-{lab.name}"
-    lab.network_id = podman("network", "create", "--internal", "--label", f"gpuboot.lab={lab.name}",
-                            net_name).stdout.strip()
+    lab.network_id = podman(
+        "network", "create", "--internal", "--label", f"gpuboot.lab={lab.name}", net_name
+    ).stdout.strip()
     lab.save()
     info = podman_json("network", "inspect", lab.network_id)[0]
     lab.subnet = info["subnets"][0]["subnet"]
@@ -150,9 +161,25 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
 
     progress(f"network {net_name} {lab.subnet}; starting the package repository at {repo_ip}")
     lab.repo_container_id = podman(
-        "run", "-d", "--name", f"gpuboot-{lab.name}-repo", "--network", net_name, "--ip", repo_ip,
-        "--label", f"gpuboot.lab={lab.name}", "-v", f"{repo.out_dir}:/srv/repo:ro", image,
-        "python3", "-m", "http.server", str(REPO_PORT), "--directory", "/srv/repo",
+        "run",
+        "-d",
+        "--name",
+        f"gpuboot-{lab.name}-repo",
+        "--network",
+        net_name,
+        "--ip",
+        repo_ip,
+        "--label",
+        f"gpuboot.lab={lab.name}",
+        "-v",
+        f"{repo.out_dir}:/srv/repo:ro",
+        image,
+        "python3",
+        "-m",
+        "http.server",
+        str(REPO_PORT),
+        "--directory",
+        "/srv/repo",
     ).stdout.strip()
     lab.save()
 
@@ -164,14 +191,29 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
         known_hosts.append(f"{node.ip} {keytype} {key}")
         progress(f"{node.name}: starting at {node.ip}")
         node.container_id = podman(
-            "run", "-d", "--name", f"gpuboot-{lab.name}-{node.name}", "--hostname", node.name,
-            "--network", net_name, "--ip", node.ip, "--systemd=always",
-            "--label", f"gpuboot.lab={lab.name}",
-            "-v", f"{EMULATOR_DIR}:/opt/gpuemu:ro",
-            "-v", f"{lab.dir / 'profile.json'}:/etc/gpuemu/profile.json:ro",
-            "-v", f"{node_dir / 'ssh_host_ed25519_key'}:/etc/ssh/ssh_host_ed25519_key:ro",
-            "-v", f"{node_dir / 'ssh_host_ed25519_key.pub'}:/etc/ssh/ssh_host_ed25519_key.pub:ro",
-            "-v", f"{ssh_dir / 'id_ed25519.pub'}:/root/.ssh/authorized_keys:ro",
+            "run",
+            "-d",
+            "--name",
+            f"gpuboot-{lab.name}-{node.name}",
+            "--hostname",
+            node.name,
+            "--network",
+            net_name,
+            "--ip",
+            node.ip,
+            "--systemd=always",
+            "--label",
+            f"gpuboot.lab={lab.name}",
+            "-v",
+            f"{EMULATOR_DIR}:/opt/gpuemu:ro",
+            "-v",
+            f"{lab.dir / 'profile.json'}:/etc/gpuemu/profile.json:ro",
+            "-v",
+            f"{node_dir / 'ssh_host_ed25519_key'}:/etc/ssh/ssh_host_ed25519_key:ro",
+            "-v",
+            f"{node_dir / 'ssh_host_ed25519_key.pub'}:/etc/ssh/ssh_host_ed25519_key.pub:ro",
+            "-v",
+            f"{ssh_dir / 'id_ed25519.pub'}:/root/.ssh/authorized_keys:ro",
             image,
         ).stdout.strip()
         lab.save()
@@ -213,8 +255,10 @@ def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
             },
         },
     }
-    header = (f"# Written by `gpuboot lab up --name {lab.name}`: a normal Ansible inventory for\n"
-              f"# {len(lab.nodes)} emulated {lab.profile} node(s). Removed by `gpuboot lab down`.\n")
+    header = (
+        f"# Written by `gpuboot lab up --name {lab.name}`: a normal Ansible inventory for\n"
+        f"# {len(lab.nodes)} emulated {lab.profile} node(s). Removed by `gpuboot lab down`.\n"
+    )
     lab.inventory.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
 
@@ -233,8 +277,10 @@ def _wait_for_ssh(ips: list[str], timeout: float) -> None:
         if pending:
             time.sleep(0.1)
     if pending:
-        raise RunError(f"sshd did not answer on {', '.join(sorted(pending))} within {timeout:.0f}s",
-                       hint="`gpuboot lab status` and `podman logs` on the node's container")
+        raise RunError(
+            f"sshd did not answer on {', '.join(sorted(pending))} within {timeout:.0f}s",
+            hint="`gpuboot lab status` and `podman logs` on the node's container",
+        )
 
 
 def down(name: str) -> dict:
@@ -262,12 +308,18 @@ def status(name: str | None = None) -> list[dict]:
         if ids:
             out = podman("inspect", "--format", "{{.Id}} {{.State.Status}}", *ids, check=False)
             states = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
-        result.append({
-            "lab": lab.name, "profile": lab.profile, "subnet": lab.subnet,
-            "inventory": str(lab.inventory),
-            "nodes": [{"name": n.name, "ip": n.ip,
-                       "state": states.get(n.container_id, "missing")} for n in lab.nodes],
-        })
+        result.append(
+            {
+                "lab": lab.name,
+                "profile": lab.profile,
+                "subnet": lab.subnet,
+                "inventory": str(lab.inventory),
+                "nodes": [
+                    {"name": n.name, "ip": n.ip, "state": states.get(n.container_id, "missing")}
+                    for n in lab.nodes
+                ],
+            }
+        )
     return result
 
 
@@ -276,8 +328,11 @@ def emulator_ctl(name: str, node: str, *args: str) -> str:
     target = load(name).node(node)
     proc = podman("exec", target.container_id, "/opt/gpuemu/gpuemu", "ctl", *args, check=False)
     if proc.returncode == 2:
-        raise BadInput(proc.stderr.strip() or proc.stdout.strip(),
-                       where=f"lab {name} {node}", hint="`gpuboot lab fault --help` lists fault kinds")
+        raise BadInput(
+            proc.stderr.strip() or proc.stdout.strip(),
+            where=f"lab {name} {node}",
+            hint="`gpuboot lab fault --help` lists fault kinds",
+        )
     if proc.returncode != 0:
         raise RunError(f"emulator on {node}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout

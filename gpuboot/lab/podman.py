@@ -48,19 +48,26 @@ def podman_env() -> dict[str, str]:
     return env
 
 
-def podman(*args: str, input: bytes | None = None, check: bool = True,
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def podman(
+    *args: str, input: bytes | None = None, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run podman; a failure becomes a RunError carrying podman's own message."""
     if shutil.which("podman") is None:
         raise RunError("podman is not installed", hint="run `make setup` (installs podman, runc)")
     proc = subprocess.run(
-        ["podman", *args], env=podman_env(), input=input, capture_output=True, timeout=timeout,
+        ["podman", *args],
+        env=podman_env(),
+        input=input,
+        capture_output=True,
+        timeout=timeout,
     )
     out = proc.stdout.decode(errors="replace")
     err = proc.stderr.decode(errors="replace")
     if check and proc.returncode != 0:
-        raise RunError(f"podman {args[0]} failed: {err.strip() or out.strip()}",
-                       hint="see `gpuboot lab status`; LAB-NOTES.md lists the known podman quirks")
+        raise RunError(
+            f"podman {args[0]} failed: {err.strip() or out.strip()}",
+            hint="see `gpuboot lab status`; LAB-NOTES.md lists the known podman quirks",
+        )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

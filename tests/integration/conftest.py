@@ -49,8 +49,9 @@ def lab2(make_lab) -> labmod.Lab:
 
 
 def gpuboot(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gpuboot.cli", *args], capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", *args], capture_output=True, text=True, timeout=900
+    )
     if check_rc is not None:
         assert proc.returncode == check_rc, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -59,8 +60,22 @@ def gpuboot(*args: str, check_rc: int | None = None) -> subprocess.CompletedProc
 def ssh(lab: labmod.Lab, node: str, command: str, known_hosts: str | None = None):
     target = lab.node(node)
     return subprocess.run(
-        ["ssh", "-i", str(lab.dir / "ssh" / "id_ed25519"),
-         "-o", f"UserKnownHostsFile={known_hosts or lab.dir / 'ssh' / 'known_hosts'}",
-         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-         f"root@{target.ip}", command],
-        capture_output=True, text=True, timeout=120)
+        [
+            "ssh",
+            "-i",
+            str(lab.dir / "ssh" / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={known_hosts or lab.dir / 'ssh' / 'known_hosts'}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"root@{target.ip}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -46,8 +46,10 @@ def test_uncertified_before_install(lab2):
 
 def test_install_converges_then_changes_nothing(lab2):
     first = json.loads(gpuboot("install", "-i", str(lab2.inventory), "--json", check_rc=0).stdout)
-    assert {h: r["status"] for h, r in first["hosts"].items()} == {"node1": "changed",
-                                                                   "node2": "changed"}
+    assert {h: r["status"] for h, r in first["hosts"].items()} == {
+        "node1": "changed",
+        "node2": "changed",
+    }
     second = json.loads(gpuboot("install", "-i", str(lab2.inventory), "--json", check_rc=0).stdout)
     for host, result in second["hosts"].items():
         assert result["changed"] == 0, f"{host} changed on the second run: {result['changes']}"
@@ -57,8 +59,9 @@ def test_install_converges_then_changes_nothing(lab2):
 
 def test_unattended_upgrade_keeps_the_pins(lab2):
     # 550.144.03 is in the repository: a plain upgrade must not take it.
-    out = ssh(lab2, "node1", "apt-get -s -o Debug::NoLocking=1 upgrade; "
-                            "apt-cache policy nvidia-utils-550")
+    out = ssh(
+        lab2, "node1", "apt-get -s -o Debug::NoLocking=1 upgrade; apt-cache policy nvidia-utils-550"
+    )
     assert out.returncode == 0, out.stderr
     assert "Inst nvidia" not in out.stdout
     assert "550.144.03-1" in out.stdout  # the newer version exists and is refused
@@ -121,9 +124,12 @@ def test_evaluate_rejudges_the_bundle_offline(lab2):
         doc = json.loads(gpuboot("certify", "-i", str(lab2.inventory), "--json").stdout)
     finally:
         gpuboot("lab", "clear", "--name", lab2.name, "node1", check_rc=0)
-    offline = json.loads(gpuboot("evaluate", "--bundle", doc["bundle"], "--json", check_rc=1).stdout)
-    assert [(n["host"], n["verdict"]) for n in offline["nodes"]] == \
-        [(n["host"], n["verdict"]) for n in doc["nodes"]]
+    offline = json.loads(
+        gpuboot("evaluate", "--bundle", doc["bundle"], "--json", check_rc=1).stdout
+    )
+    assert [(n["host"], n["verdict"]) for n in offline["nodes"]] == [
+        (n["host"], n["verdict"]) for n in doc["nodes"]
+    ]
 
 
 def test_lab_down_removes_every_object(make_lab):

@@ -11,8 +11,13 @@ GOOD_HOST = "n1: {ansible_host: 127.0.0.1, ansible_port: %d}"
 
 
 def gpuboot(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "gpuboot.cli", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 @pytest.fixture
@@ -60,9 +65,12 @@ def test_bad_inventory_exits_2_with_one_line(tmp_path, verb, content, expect):
 
 def test_unknown_profile_is_refused_before_any_host_is_contacted(tmp_path, listener):
     port = listener.getsockname()[1]
-    path = inventory(tmp_path, "all:\n  vars: {gpuboot_profile: no-such-sku, "
-                     "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
-                     "  hosts:\n    " + GOOD_HOST % port + "\n")
+    path = inventory(
+        tmp_path,
+        "all:\n  vars: {gpuboot_profile: no-such-sku, "
+        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
+        "  hosts:\n    " + GOOD_HOST % port + "\n",
+    )
     proc = gpuboot("certify", "-i", path, "--json")
     assert proc.returncode == 2
     doc = json.loads(proc.stdout)
@@ -73,8 +81,11 @@ def test_unknown_profile_is_refused_before_any_host_is_contacted(tmp_path, liste
 
 def test_missing_driver_pin_names_host_and_key(tmp_path, listener):
     port = listener.getsockname()[1]
-    path = inventory(tmp_path, "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu}\n"
-                     "  hosts:\n    " + GOOD_HOST % port + "\n")
+    path = inventory(
+        tmp_path,
+        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu}\n"
+        "  hosts:\n    " + GOOD_HOST % port + "\n",
+    )
     proc = gpuboot("install", "-i", path)
     assert proc.returncode == 2
     assert "n1.nvidia_driver_branch" in proc.stderr
@@ -82,8 +93,16 @@ def test_missing_driver_pin_names_host_and_key(tmp_path, listener):
 
 
 def test_unknown_lab_profile_exits_2(tmp_path):
-    proc = gpuboot("lab", "up", "--name", "never", "--profile", "nope", "--json",
-                   env={"GPUBOOT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    proc = gpuboot(
+        "lab",
+        "up",
+        "--name",
+        "never",
+        "--profile",
+        "nope",
+        "--json",
+        env={"GPUBOOT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 2
     assert "nope" in json.loads(proc.stdout)["error"]["message"]
     assert not (tmp_path / "labs" / "never").exists()
@@ -96,8 +115,10 @@ def test_usage_error_exits_2_without_traceback():
 
 
 def test_help_does_not_import_the_heavy_stack():
-    code = ("import sys, gpuboot.cli as c; c.build_parser().format_help(); "
-            "print(sorted(m for m in ('ansible', 'ansible_runner', 'pytest', 'testinfra', 'yaml')"
-            " if m in sys.modules))")
+    code = (
+        "import sys, gpuboot.cli as c; c.build_parser().format_help(); "
+        "print(sorted(m for m in ('ansible', 'ansible_runner', 'pytest', 'testinfra', 'yaml')"
+        " if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -6,8 +6,9 @@ from gpuboot.collect import PROBES, read_host_bundle, script, unpack, write_host
 
 
 def test_script_returns_every_probe_with_exact_stdout_and_rc(tmp_path):
-    out = subprocess.run(["sh", "-c", script(procfs=str(tmp_path))], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["sh", "-c", script(procfs=str(tmp_path))], capture_output=True, text=True, check=True
+    )
     evidence = unpack(out.stdout.strip())
     assert set(evidence) == {p.file for p in PROBES}
     # nvidia-smi does not exist on this machine: the shell's 127, not a fake result
@@ -17,10 +18,14 @@ def test_script_returns_every_probe_with_exact_stdout_and_rc(tmp_path):
 
 def test_probe_stdout_is_kept_byte_for_byte(tmp_path):
     (tmp_path / "driver" / "nvidia").mkdir(parents=True)
-    text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n\n"
+    text = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+        "\n"
+    )
     (tmp_path / "driver" / "nvidia" / "version").write_text(text)
-    out = subprocess.run(["sh", "-c", script(procfs=str(tmp_path))], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["sh", "-c", script(procfs=str(tmp_path))], capture_output=True, text=True, check=True
+    )
     evidence = unpack(out.stdout.strip())
     assert evidence["proc_driver_nvidia_version.txt"].stdout == text
     assert evidence["proc_driver_nvidia_version.txt"].rc == 0

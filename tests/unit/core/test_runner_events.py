@@ -28,8 +28,10 @@ def test_failed_hosts_carry_task_and_reason():
 
 def test_live_updates_see_each_host_progress():
     seen = []
-    replay("install-2hosts-persistenced-timeout.jsonl",
-           EventFolder(lambda hosts: seen.append({h: r.task for h, r in hosts.items()})))
+    replay(
+        "install-2hosts-persistenced-timeout.jsonl",
+        EventFolder(lambda hosts: seen.append({h: r.task for h, r in hosts.items()})),
+    )
     tasks = [s.get("node1") for s in seen if s.get("node1")]
     first = {t.split(" ")[0]: i for i, t in reversed(list(enumerate(tasks)))}
     assert first["REPO-001"] < first["DRV-010"] < first["DRV-016"]
@@ -38,14 +40,29 @@ def test_live_updates_see_each_host_progress():
 def test_unreachable_and_ignored_failures():
     folder = EventFolder()
     folder({"event": "runner_on_start", "event_data": {"host": "a", "task": "T1"}})
-    folder({"event": "runner_on_unreachable",
-            "event_data": {"host": "a", "task": "T1",
-                           "res": {"msg": "ssh: connect to host 10.0.0.1 port 22: No route"}}})
-    folder({"event": "runner_on_failed",
-            "event_data": {"host": "b", "task": "T1", "ignore_errors": True, "res": {"msg": "x"}}})
+    folder(
+        {
+            "event": "runner_on_unreachable",
+            "event_data": {
+                "host": "a",
+                "task": "T1",
+                "res": {"msg": "ssh: connect to host 10.0.0.1 port 22: No route"},
+            },
+        }
+    )
+    folder(
+        {
+            "event": "runner_on_failed",
+            "event_data": {"host": "b", "task": "T1", "ignore_errors": True, "res": {"msg": "x"}},
+        }
+    )
     folder({"event": "runner_on_ok", "event_data": {"host": "b", "task": "T1", "res": {}}})
-    folder({"event": "playbook_on_stats",
-            "event_data": {"ok": {"b": 1}, "dark": {"a": 1}, "failures": {}, "changed": {}}})
+    folder(
+        {
+            "event": "playbook_on_stats",
+            "event_data": {"ok": {"b": 1}, "dark": {"a": 1}, "failures": {}, "changed": {}},
+        }
+    )
     assert folder.hosts["a"].status == "unreachable"
     assert "No route" in folder.hosts["a"].reason
     assert folder.hosts["b"].status == "ok"
