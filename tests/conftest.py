@@ -1,7 +1,53 @@
-"""Shared test fixtures. Lab fixtures live in tests/integration/conftest.py."""
+"""Shared fixtures: a real lab (podman nodes reached over real SSH) for integration and
+molecule tests. Each lab gets a unique name and is removed, by the ids it recorded,
+when the session ends, also when a test fails."""
+
+from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
+
+import pytest
+
+from gpuboot.lab import lab as labmod
 
 # Kept run directories of tests go to a throw-away place, not the operator's home.
-os.environ.setdefault("GPUBOOT_RUNS", tempfile.mkdtemp(prefix="gpuboot-test-runs-"))
+_RUNS = None if "GPUBOOT_RUNS" in os.environ else tempfile.mkdtemp(prefix="gpuboot-test-runs-")
+if _RUNS:
+    os.environ["GPUBOOT_RUNS"] = _RUNS
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _RUNS:
+        shutil.rmtree(_RUNS, ignore_errors=True)
+
+
+def _require_podman() -> None:
+    if os.environ.get("CI") and not shutil.which("podman"):
+        pytest.fail("podman is missing on CI: `make setup` should have installed it")
+    if not shutil.which("podman"):
+        pytest.skip("podman is not installed (run `make setup`)")
+
+
+@pytest.fixture(scope="session")
+def make_lab():
+    _require_podman()
+    created: list[str] = []
+
+    def make(nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu") -> labmod.Lab:
+        name = f"t{os.getpid() % 10000}-{uuid.uuid4().hex[:6]}"
+        created.append(name)
+        return labmod.up(name, nodes, profile)
+
+    yield make
+    for name in created:
+        if name in labmod.names():
+            labmod.down(name)
+
+
+@pytest.fixture(scope="session")
+def lab2(make_lab) -> labmod.Lab:
+    """Two emulated HGX H100 nodes, shared by the flow tests (they run in file order)."""
+    return make_lab(nodes=2)

@@ -1,51 +1,11 @@
-"""A real lab for the integration tests: podman nodes reached over real SSH.
-
-Each lab gets a unique name and is removed (by the ids it recorded) when the
-session ends, also when a test fails.
-"""
+"""Helpers for the lab integration tests (the lab fixtures are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import uuid
-
-import pytest
 
 from gpuboot.lab import lab as labmod
-
-pytestmark = pytest.mark.lab
-
-
-def _require_podman() -> None:
-    if os.environ.get("CI") and not shutil.which("podman"):
-        pytest.fail("podman is missing on CI: `make setup` should have installed it")
-    if not shutil.which("podman"):
-        pytest.skip("podman is not installed (run `make setup`)")
-
-
-@pytest.fixture(scope="session")
-def make_lab():
-    _require_podman()
-    created: list[str] = []
-
-    def make(nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu") -> labmod.Lab:
-        name = f"t{os.getpid() % 10000}-{uuid.uuid4().hex[:6]}"
-        created.append(name)
-        return labmod.up(name, nodes, profile)
-
-    yield make
-    for name in created:
-        if name in labmod.names():
-            labmod.down(name)
-
-
-@pytest.fixture(scope="session")
-def lab2(make_lab) -> labmod.Lab:
-    """Two emulated HGX H100 nodes, shared by the flow tests (they run in file order)."""
-    return make_lab(nodes=2)
 
 
 def gpuboot(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess[str]:
