@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""gpuboot benchmarks on a 10-node lab, each figure as a ratio to a baseline measured
+in the same run (absolute seconds depend on the machine; ratios travel).
+
+  lab up (10 nodes, image cached)       seconds (and per node)
+  gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
+  install no-op    / ansible -m setup   a converged re-run vs. plain fact gathering
+
+Usage: .venv/bin/python bench/bench.py [--nodes 10] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from gpuboot import paths  # noqa: E402
+from gpuboot.lab import lab as labmod  # noqa: E402
+from gpuboot.runner import ansible_env  # noqa: E402
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    elapsed = time.monotonic() - started
+    if proc.returncode not in (0, 1):
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+        raise SystemExit(f"bench: {' '.join(cmd[:3])} failed with exit {proc.returncode}")
+    return elapsed, proc.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    gpuboot = [sys.executable, "-m", "gpuboot.cli"]
+    name = f"bench-{uuid.uuid4().hex[:6]}"
+    paths.put_venv_on_path()
+    env = {**os.environ, **ansible_env(Path(os.environ.get("TMPDIR", "/tmp")))}
+
+    from gpuboot.lab.image import ensure_image
+    from gpuboot.lab.repo_server import ensure_repo
+
+    ensure_image()
+    ensure_repo()
+    results: dict[str, float] = {}
+    started = time.monotonic()
+    lab = labmod.up(name, args.nodes, "hgx-h100-sxm-8gpu")
+    results["lab_up_s"] = time.monotonic() - started
+    inv = str(lab.inventory)
+    try:
+        results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+        results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+        results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
+        results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
+        results["certify_s"], rc = timed([*gpuboot, "certify", "-i", inv, "-q"])
+        results["certify_exit"] = rc
+    finally:
+        labmod.down(name)
+
+    ratios = {
+        "certify / ansible ping": results["certify_s"] / results["ansible_ping_s"],
+        "install no-op / ansible setup": results["install_noop_s"] / results["ansible_setup_s"],
+        "install no-op / install first": results["install_noop_s"] / results["install_first_s"],
+    }
+    if args.json:
+        print(json.dumps({"nodes": args.nodes, "seconds": results, "ratios": ratios}, indent=2))
+        return 0
+    print(f"nodes: {args.nodes}")
+    print(f"lab up:              {results['lab_up_s']:6.1f} s "
+          f"({results['lab_up_s'] / args.nodes:.2f} s/node, image cached)")
+    for key in ("install_first_s", "install_noop_s", "ansible_setup_s", "ansible_ping_s",
+                "certify_s"):
+        print(f"{key[:-2].replace('_', ' '):<20} {results[key]:6.1f} s")
+    for label, ratio in ratios.items():
+        print(f"{label:<30} {ratio:5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
