@@ -114,7 +114,8 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
     packages = {}
     for line in probe(evidence, "dpkg-query_-W.txt").stdout.splitlines():
         parts = line.split("\t")
-        if len(parts) == 3 and parts[2].startswith("ii"):
+        # db:Status-Abbrev: desired state (i install, h hold...), then the actual state.
+        if len(parts) == 3 and parts[2][1:2] == "i":
             packages[parts[0]] = parts[1]
     utils = packages.get(f"nvidia-utils-{branch}")
     if utils is None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,17 +42,28 @@ class EmuNode:
         return env
 
     def run(self, tool: str, *args: str, check: bool = False) -> Result:
-        proc = subprocess.run([sys.executable, str(GPUEMU), tool, *args], env=self.env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, str(GPUEMU), tool, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         res = Result(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
-            raise AssertionError(f"{tool} {' '.join(args)} -> {proc.returncode}\n{proc.stdout}"
-                                 f"\n{proc.stderr}")
+            raise AssertionError(
+                f"{tool} {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
         return res
 
     def popen(self, tool: str, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, str(GPUEMU), tool, *args], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, str(GPUEMU), tool, *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def install_module(self, name: str, version: str = DRIVER, **extra: str) -> None:
         mods = self.root / "lib" / "modules" / "gpuemu"
@@ -87,3 +100,32 @@ def make_node(tmp_path: Path, profile: str = "hgx-h100-sxm-8gpu", driver: bool =
         node.install_driver()
     node.run("ctl", "setup", check=True)
     return node
+
+
+class Daemon:
+    """A shim daemon (nv-fabricmanager, nvidia-persistenced, nv-hostengine -n) for a test."""
+
+    def __init__(self, node: EmuNode, tool: str, key: str, *args: str):
+        self.node, self.key = node, key
+        self.proc = node.popen(tool, *args)
+        for _ in range(200):
+            if node.status()["daemons"][key] or self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout=10)
+
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

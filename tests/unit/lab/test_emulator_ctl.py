@@ -77,16 +77,19 @@ def test_fault_clear_by_kind_and_all(node):
     assert node.status()["faults"] == []
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["bogus"], "unknown fault kind 'bogus'"),
-    (["xid"], "usage: gpuemu ctl fault add xid CODE [GPU]"),
-    (["xid", "79", "8"], "GPU 8 out of range"),
-    (["nvlink-down", "0", "18"], "LINK 18 out of range"),
-    (["pcie-downtrain", "0", "6", "16"], "GEN must be 1-5"),
-    (["nic-down", "mlx5_9"], "no NIC 'mlx5_9'"),
-    (["low-bandwidth", "nccl", "0.5"], "usage: gpuemu ctl fault add low-bandwidth"),
-    (["low-bandwidth", "nvbandwidth", "2"], "FACTOR must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["bogus"], "unknown fault kind 'bogus'"),
+        (["xid"], "usage: gpuemu ctl fault add xid CODE [GPU]"),
+        (["xid", "79", "8"], "GPU 8 out of range"),
+        (["nvlink-down", "0", "18"], "LINK 18 out of range"),
+        (["pcie-downtrain", "0", "6", "16"], "GEN must be 1-5"),
+        (["nic-down", "mlx5_9"], "no NIC 'mlx5_9'"),
+        (["low-bandwidth", "nccl", "0.5"], "usage: gpuemu ctl fault add low-bandwidth"),
+        (["low-bandwidth", "nvbandwidth", "2"], "FACTOR must be in (0, 1]"),
+    ],
+)
 def test_bad_fault_arguments(node, args, msg):
     res = node.run("ctl", "fault", "add", *args)
     assert res.rc == 2 and msg in res.err

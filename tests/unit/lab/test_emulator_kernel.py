@@ -26,8 +26,11 @@ def test_boot_autoloads_installed_modules_and_nic_stack(node):
 def test_modprobe_missing_module_fails_like_kmod(node):
     res = node.run("modprobe", "nvidia_peermem")
     assert res.rc == 1
-    assert re.fullmatch(r"modprobe: FATAL: Module nvidia_peermem not found in directory "
-                        r"/lib/modules/\S+\n", res.err)
+    assert re.fullmatch(
+        r"modprobe: FATAL: Module nvidia_peermem not found in directory "
+        r"/lib/modules/\S+\n",
+        res.err,
+    )
 
 
 def test_modprobe_loads_dependencies_first(tmp_path):
@@ -47,7 +50,8 @@ def test_proprietary_flavor_proc_version_text(tmp_path):
     node.install_driver(flavor="proprietary")
     node.run("modprobe", "nvidia", check=True)
     assert node.read("/run/gpuemu/proc/driver/nvidia/version").startswith(
-        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  ")
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  "
+    )
 
 
 def test_modprobe_keeps_an_already_loaded_other_version(node):
@@ -96,8 +100,9 @@ def test_dmesg_default_format_and_load_banner(node):
     out = node.run("dmesg", check=True).out
     lines = out.splitlines()
     assert all(re.match(r"\[ {0,4}\d+\.\d{6}\] ", x) or x.startswith(" " * 15) for x in lines)
-    assert any(f"NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER}" in x
-               for x in lines)
+    assert any(
+        f"NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER}" in x for x in lines
+    )
     assert any("mlx5_core 0000:1a:00.0: firmware version: 28.39.1002" in x for x in lines)
 
 
@@ -113,16 +118,23 @@ def test_dmesg_time_formats(node):
 def test_xid_79_logged_and_multiline_records_indent(node):
     node.run("ctl", "fault", "add", "xid", "79", "2", check=True)
     out = node.run("dmesg", check=True).out
-    assert re.search(r"^\[ *\d+\.\d{6}\] NVRM: Xid \(PCI:0000:4c:00\): 79, pid='<unknown>', "
-                     r"name=<unknown>, GPU has fallen off the bus\.$", out, re.M)
+    assert re.search(
+        r"^\[ *\d+\.\d{6}\] NVRM: Xid \(PCI:0000:4c:00\): 79, pid='<unknown>', "
+        r"name=<unknown>, GPU has fallen off the bus\.$",
+        out,
+        re.M,
+    )
     node.run("ctl", "boot", "--force", check=True)
     node.run("ctl", "fault", "add", "xid", "79", "2", "--survive-reboot", check=True)
     node.run("ctl", "boot", "--force", check=True)
     out = node.run("dmesg", check=True).out
     # at boot the driver's probe of a fallen GPU prints one multi-line record
-    m = re.search(r"^(\[ *\d+\.\d{6}\] )NVRM: The NVIDIA GPU 0000:4c:00\.0\n( +)NVRM: \(PCI ID: "
-                  r"10de:2330\) installed in this system has\n +NVRM: fallen off the bus", out,
-                  re.M)
+    m = re.search(
+        r"^(\[ *\d+\.\d{6}\] )NVRM: The NVIDIA GPU 0000:4c:00\.0\n( +)NVRM: \(PCI ID: "
+        r"10de:2330\) installed in this system has\n +NVRM: fallen off the bus",
+        out,
+        re.M,
+    )
     assert m and len(m.group(1)) == len(m.group(2))
     assert "nvidia: probe of 0000:4c:00.0 failed with error -1" in out
 
@@ -132,16 +144,22 @@ def test_dmesg_clear(node):
     assert node.run("dmesg", check=True).out == ""
 
 
-def test_modules_load_d_and_blacklist(tmp_path):
+def test_boot_autoloads_hardware_drivers_modules_load_d_and_blacklist(tmp_path):
     node = EmuNode(tmp_path / "node", "hgx-h100-sxm-8gpu")
     node.install_driver()
-    node.install_module("nvidia-peermem", depends="nvidia,ib_core", autoload="no")
-    node.install_module("nvidia-fs", autoload="no")
-    (node.root / "etc/modules-load.d").mkdir(parents=True)
-    (node.root / "etc/modules-load.d/nvidia-peermem.conf").write_text("nvidia-peermem\n")
+    node.install_module("nvidia-drm", depends="nvidia,nvidia_modeset")
+    node.install_module("nvidia-peermem", depends="nvidia,ib_core")
+    node.install_module("nvidia-fs", depends="nvidia")
+    node.install_module("gdrdrv", depends="nvidia", autoload="yes")
     (node.root / "etc/modprobe.d").mkdir(parents=True)
-    (node.root / "etc/modprobe.d/blacklist.conf").write_text("blacklist nvidia_modeset\n")
+    (node.root / "etc/modprobe.d/blacklist.conf").write_text("blacklist nvidia_drm\n")
     node.run("ctl", "setup", check=True)
     mods = node.status()["modules"]
-    assert "nvidia_peermem" in mods and "nvidia_fs" not in mods
-    assert "nvidia_modeset" not in mods
+    # udev loads the drivers of present devices (and what the driver packages pull in)
+    assert {"nvidia", "nvidia_uvm", "nvidia_modeset", "mlx5_ib", "gdrdrv"} <= set(mods)
+    # optional modules need configuration, as on a real node
+    assert not {"nvidia_peermem", "nvidia_fs", "nvidia_drm"} & set(mods)
+    (node.root / "etc/modules-load.d").mkdir(parents=True)
+    (node.root / "etc/modules-load.d/peermem.conf").write_text("# GPUDirect\nnvidia-peermem\n")
+    node.run("ctl", "boot", "--force", check=True)
+    assert "nvidia_peermem" in node.status()["modules"]

@@ -1,0 +1,193 @@
+"""SKU profiles: the hardware a server model has and the bandwidth a healthy one measures.
+
+Profiles are YAML data beside this file (schema in README.md). The lab turns one into
+``/etc/gpuemu/profile.json`` for the emulator; certification compares evidence with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuboot.errors import ConfigError
+
+PROFILE_DIR = Path(__file__).resolve().parent
+
+# key path -> expected type(s); every profile must carry these
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "description": str,
+    "hardware": dict,
+    "hardware.gpu": dict,
+    "hardware.gpu.count": int,
+    "hardware.gpu.model": str,
+    "hardware.gpu.pci_device_id": str,
+    "hardware.gpu.memory_mib": int,
+    "hardware.gpu.vbios": str,
+    "hardware.gpu.power_limit_w": (int, float),
+    "hardware.gpu.pcie": dict,
+    "hardware.gpu.pcie.gen_max": int,
+    "hardware.gpu.pcie.width_max": int,
+    "hardware.nvlink": dict,
+    "hardware.nvlink.links_per_gpu": int,
+    "hardware.nvlink.link_speed_gbps": (int, float),
+    "hardware.nvlink.nvswitch_count": int,
+    "hardware.mig": dict,
+    "hardware.mig.supported": bool,
+    "hardware.nics": list,
+    "bandwidth": dict,
+    "bandwidth.nvbandwidth": dict,
+    "bandwidth.nvbandwidth.h2d_gbps": (int, float),
+    "bandwidth.nvbandwidth.d2h_gbps": (int, float),
+    "bandwidth.all_reduce_busbw_gbps": (int, float),
+    "bandwidth.ib_write_bw_gbps": (int, float),
+}
+NIC_KEYS: dict[str, type | tuple[type, ...]] = {
+    "hca": str,
+    "netdev": str,
+    "pci_bus_id": str,
+    "ca_type": str,
+    "firmware": str,
+    "rate": int,
+    "link_layer": str,
+}
+MIG_PROFILE_KEYS = ("id", "name", "instances", "memory_gib", "size", "placements")
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped with gpuboot (file stems)."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml", ".json") or "/" in text:
+        if not path.is_file():
+            raise ConfigError(
+                f"profile file {text} does not exist",
+                where=text,
+                hint=f"use a path to a profile file or one of: {', '.join(list_profiles())}",
+            )
+        return path
+    candidate = PROFILE_DIR / f"{text}.yaml"
+    if not candidate.is_file():
+        raise ConfigError(
+            f"unknown SKU profile {text!r}",
+            where="profile",
+            hint=f"known profiles: {', '.join(list_profiles())}",
+        )
+    return candidate
+
+
+TYPE_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    dict: "a mapping",
+    list: "a list",
+    bool: "true or false",
+}
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if float in types:
+        return "a number"
+    return " or ".join(TYPE_NAMES.get(t, t.__name__) for t in types)
+
+
+def _check_type(value: Any, expected: type | tuple[type, ...]) -> bool:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, bool) and bool not in types:
+        return False  # YAML `yes` must not pass for a count
+    return isinstance(value, types)
+
+
+def validate(data: Any, where: str) -> dict[str, Any]:
+    """Check the required keys and their types; return the profile unchanged."""
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "a profile must be a YAML mapping",
+            where=where,
+            hint="see gpuboot/profiles/README.md for the schema",
+        )
+    for dotted, expected in REQUIRED.items():
+        node: Any = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(
+                    f"missing required key {dotted}",
+                    where=f"{where}: {dotted}",
+                    hint="see gpuboot/profiles/README.md for the schema",
+                )
+            node = node[part]
+        if not _check_type(node, expected):
+            raise ConfigError(
+                f"{dotted} must be {_type_name(expected)}, got {node!r}",
+                where=f"{where}: {dotted}",
+                hint="see gpuboot/profiles/README.md for the schema",
+            )
+    gpu = data["hardware"]["gpu"]
+    if gpu["count"] < 1:
+        raise ConfigError(
+            "hardware.gpu.count must be at least 1",
+            where=f"{where}: hardware.gpu.count",
+            hint="count the GPUs of the SKU",
+        )
+    for key in ("pci_bus_ids", "numa_nodes", "module_ids"):
+        if key in gpu and len(gpu[key]) != gpu["count"]:
+            raise ConfigError(
+                f"hardware.gpu.{key} has {len(gpu[key])} entries for {gpu['count']} GPUs",
+                where=f"{where}: hardware.gpu.{key}",
+                hint="give one entry per GPU, in PCI order",
+            )
+    for i, nic in enumerate(data["hardware"]["nics"]):
+        for key, expected in NIC_KEYS.items():
+            if not isinstance(nic, dict) or key not in nic or not _check_type(nic[key], expected):
+                raise ConfigError(
+                    f"hardware.nics[{i}].{key} must be {_type_name(expected)}",
+                    where=f"{where}: hardware.nics[{i}].{key}",
+                    hint="every NIC needs " + ", ".join(NIC_KEYS),
+                )
+    mig = data["hardware"]["mig"]
+    if mig["supported"]:
+        profiles = mig.get("profiles")
+        if not isinstance(profiles, list) or not profiles:
+            raise ConfigError(
+                "hardware.mig.profiles must list the GPU instance profiles when MIG is supported",
+                where=f"{where}: hardware.mig.profiles",
+                hint="copy them from `nvidia-smi mig -lgip` of the SKU",
+            )
+        for i, prof in enumerate(profiles):
+            missing = [k for k in MIG_PROFILE_KEYS if not isinstance(prof, dict) or k not in prof]
+            if missing:
+                raise ConfigError(
+                    f"hardware.mig.profiles[{i}] lacks {', '.join(missing)}",
+                    where=f"{where}: hardware.mig.profiles[{i}]",
+                    hint="each MIG profile needs " + ", ".join(MIG_PROFILE_KEYS),
+                )
+    return data
+
+
+def load_profile(name_or_path: str | Path) -> dict[str, Any]:
+    """Load a profile by name (``hgx-h100-sxm-8gpu``) or path, validated."""
+    path = _resolve(name_or_path)
+    where = str(path.name if path.parent == PROFILE_DIR else path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(
+            f"not valid YAML{loc}: {getattr(exc, 'problem', exc)}",
+            where=where,
+            hint="fix the YAML syntax",
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read profile: {exc.strerror}", where=where, hint="check the file's permissions"
+        ) from exc
+    return validate(data, where)
