@@ -102,8 +102,25 @@ def cmd_lab_clear(args) -> Outcome:
     out = lab.emulator_ctl(
         args.name, args.node, "fault", "clear", *([args.kind] if args.kind else [])
     )
-    doc = {"lab": args.name, "node": args.node, "cleared": args.kind or "all"}
-    return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: faults cleared")
+    if args.reboot:
+        lab.reboot(args.name, args.node)
+    doc = {
+        "lab": args.name,
+        "node": args.node,
+        "cleared": args.kind or "all",
+        "rebooted": args.reboot,
+    }
+    text = out.strip() or f"{args.node}: faults cleared"
+    return Outcome(EXIT_OK, doc, text + (" and node rebooted" if args.reboot else ""))
+
+
+def cmd_lab_reboot(args) -> Outcome:
+    from gpuboot.lab import lab
+
+    lab.reboot(args.name, args.node)
+    return Outcome(
+        EXIT_OK, {"lab": args.name, "node": args.node, "rebooted": True}, f"{args.node}: rebooted"
+    )
 
 
 # ---------------------------------------------------------------- install
@@ -228,7 +245,15 @@ def build_parser() -> argparse.ArgumentParser:
     clear = lab_verbs.add_parser("clear", parents=[common, name], help="clear a node's faults")
     clear.add_argument("node")
     clear.add_argument("kind", nargs="?")
+    clear.add_argument(
+        "--reboot",
+        action="store_true",
+        help="also reboot: the kernel log keeps a fault's Xid lines until then",
+    )
     clear.set_defaults(func=cmd_lab_clear)
+    rb = lab_verbs.add_parser("reboot", parents=[common, name], help="power-cycle a node")
+    rb.add_argument("node")
+    rb.set_defaults(func=cmd_lab_reboot)
 
     run_opts = argparse.ArgumentParser(add_help=False)
     run_opts.add_argument("-i", "--inventory", required=True)

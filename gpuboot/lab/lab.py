@@ -323,6 +323,15 @@ def status(name: str | None = None) -> list[dict]:
     return result
 
 
+def reboot(name: str, node: str, timeout: float = 90) -> None:
+    """Power-cycle one node: volatile state (/run: loaded modules, kernel log, QoS) is
+    lost, installed packages and faults marked --survive-reboot stay."""
+    lab = load(name)
+    target = lab.node(node)
+    podman("restart", "-t", "10", target.container_id, timeout=timeout + 30)
+    _wait_for_ssh([target.ip], timeout=timeout)
+
+
 def emulator_ctl(name: str, node: str, *args: str) -> str:
     """Drive a node's emulated hardware through its back door (podman exec, not SSH)."""
     target = load(name).node(node)
