@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from gpuboot import __version__
-from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput, GpubootError
+from gpuboot.errors import EXIT_BAD_INPUT, EXIT_NODE_FAILED, EXIT_OK, BadInput, GpubootError
 
 
 class Outcome:
@@ -148,6 +148,103 @@ def cmd_install(args) -> Outcome:
     return Outcome(code, result.to_dict(), text)
 
 
+# ---------------------------------------------------------------- matrix / plan / mirror
+def cmd_matrix(args) -> Outcome:
+    from gpuboot import matrix
+    from gpuboot.ui import table
+
+    if args.action == "list":
+        rows = matrix.list_all()
+        text = table(
+            ("stack", "driver", "cuda", "doca-ofed", "profiles", "violations"),
+            [
+                (
+                    r["stack"],
+                    r["driver"],
+                    r["cuda"],
+                    r["doca_ofed"] or "-",
+                    ",".join(r["profiles"]),
+                    r["violations"],
+                )
+                for r in rows
+            ],
+        )
+        return Outcome(EXIT_OK, {"stacks": rows}, text)
+    if not args.stack:
+        raise BadInput(
+            f"`gpuboot matrix {args.action}` needs a stack name or file",
+            hint="`gpuboot matrix list` shows the shipped stacks",
+        )
+    if args.action == "show":
+        doc = matrix.show(args.stack, args.os_family)
+        text = f"{doc['stack']}: {doc['description']}\n" + table(
+            ("component", "version", "packages"),
+            [
+                (
+                    c["component"],
+                    c["version"] if c["enabled"] else "(disabled)",
+                    " ".join(c["packages"]),
+                )
+                for c in doc["components"]
+            ],
+        )
+        return Outcome(EXIT_OK, doc, text)
+    doc = matrix.check(args.stack, args.profile)
+    if not doc["violations"]:
+        return Outcome(
+            EXIT_OK,
+            doc,
+            f"{doc['stack']}: compatible with "
+            f"{', '.join(p or 'any profile' for p in doc['profiles'])}",
+        )
+    text = "\n".join(
+        f"{v['rule']} {v['where']}: {v['message']}\n    fix: {v['fix']}\n    source: {v['source']}"
+        for v in doc["violations"]
+    )
+    return Outcome(EXIT_BAD_INPUT, doc, text)
+
+
+def cmd_plan(args) -> Outcome:
+    from gpuboot import plan
+    from gpuboot.ui import table
+
+    doc = plan.plan(args.inventory, limit=args.limit)
+    parts = []
+    for node in doc["nodes"]:
+        if "error" in node:
+            parts.append(f"{node['host']}: ERROR {node['error']}")
+            continue
+        head = (
+            f"{node['host']} ({node['stack'] or 'driver pin'}): {node['changes']} change(s)"
+            + (", reboot needed" if node["reboot"] else "")
+            + (f", restarts {', '.join(node['restarts'])}" if node["restarts"] else "")
+        )
+        rows = [
+            (
+                i["package"],
+                i["current"] or "-",
+                i["desired"],
+                i["action"],
+                "yes" if i["reboot"] else "",
+            )
+            for i in node["items"]
+        ]
+        parts.append(
+            head + "\n" + table(("package", "current", "desired", "action", "reboot"), rows)
+        )
+    failed = any("error" in n for n in doc["nodes"])
+    return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, "\n\n".join(parts))
+
+
+def cmd_mirror(args) -> Outcome:
+    from gpuboot import matrix
+
+    doc = matrix.mirror(args.stack, args.os_family)
+    sep = "=" if args.os_family == "debian" else "-"
+    text = "\n".join(f"{p['name']}{sep}{p['version']}" for p in doc["packages"])
+    return Outcome(EXIT_OK, doc, text)
+
+
 # ---------------------------------------------------------------- certify / evaluate
 def _verdict_text(report: dict[str, Any]) -> str:
     from gpuboot.ui import table
@@ -277,6 +374,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     cert.set_defaults(func=cmd_certify)
+
+    mx = verbs.add_parser("matrix", parents=[common], help="version stacks and their rules")
+    mx.add_argument("action", choices=["list", "show", "check"])
+    mx.add_argument("stack", nargs="?", help="stack name or stack file")
+    mx.add_argument("--profile", action="append", help="check against this SKU (repeatable)")
+    mx.add_argument("--os-family", default="debian", choices=["debian", "redhat"])
+    mx.set_defaults(func=cmd_matrix)
+
+    pl = verbs.add_parser(
+        "plan", parents=[common, run_opts], help="installed vs pinned, per node (read-only)"
+    )
+    pl.set_defaults(func=cmd_plan)
+
+    mi = verbs.add_parser("mirror", parents=[common], help="packages an offline mirror needs")
+    mi.add_argument("--stack", required=True)
+    mi.add_argument("--os-family", default="debian", choices=["debian", "redhat"])
+    mi.set_defaults(func=cmd_mirror)
 
     ev = verbs.add_parser(
         "evaluate", parents=[common], help="re-evaluate an evidence bundle offline"

@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+
+import yaml
 
 from gpuboot import paths
-from gpuboot.inventory import load_inventory
-from gpuboot.runner import HostResult, PlayResult, RunSpec, run
+from gpuboot.inventory import Inventory, load_inventory
+from gpuboot.runner import HostResult, PlayResult, RunSpec, new_run_dir, run
 
 PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
+
+
+def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
+    """An inventory layered after the operator's: each host's stack as role variables.
+
+    The stack was resolved and checked in Python (inventory.py), so the roles receive
+    plain, already-validated variables and never parse stack files themselves.
+    """
+    if not inv.stack_vars:
+        return None
+    overlay = run_dir / "stack-vars.yml"
+    hosts = {host: dict(role_vars) for host, role_vars in inv.stack_vars.items()}
+    overlay.write_text(
+        "# Written by gpuboot install: role variables of each host's gpuboot_stack.\n"
+        + yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=True)
+    )
+    return overlay
 
 
 def install(
@@ -22,9 +42,11 @@ def install(
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
 ) -> PlayResult:
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
+    run_id, run_dir = new_run_dir("install")
+    overlay = stack_overlay(inv, run_dir)
     spec = RunSpec(
         playbook=PLAYBOOK,
-        inventory=inv.path,
+        inventory=(inv.path, overlay) if overlay else (inv.path,),
         label="install",
         limit=limit,
         tags=tags,
@@ -32,4 +54,4 @@ def install(
         check=check,
         diff=diff,
     )
-    return run(spec, on_update)
+    return run(spec, on_update, into=(run_id, run_dir))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +10,24 @@ import yaml
 
 from gpuboot.errors import ConfigError
 
-# Variables every gpuboot host must have, with the fix to suggest when missing.
-REQUIRED_VARS = {
-    "gpuboot_profile": "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)",
-    "nvidia_driver_branch": 'set the driver branch the node must carry, e.g. "550"',
-    "nvidia_driver_version": 'set the exact driver package version, e.g. "550.54.15-1"',
-}
+PROFILE_FIX = "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)"
+# A host names its software either as a whole stack or, for the driver alone, as pins.
+PIN_VARS = ("nvidia_driver_branch", "nvidia_driver_version")
+PIN_FIX = (
+    "set gpuboot_stack to a stack (`gpuboot matrix list`), or pin the driver alone with "
+    'nvidia_driver_branch (e.g. "550") and nvidia_driver_version (e.g. "550.54.15-1")'
+)
 
 
 @dataclass(frozen=True)
 class Inventory:
     path: Path
     hosts: dict[str, dict[str, Any]]  # host -> merged variables (group + host)
+    stack_vars: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> role vars
+
+    def resolved(self, host: str) -> dict[str, Any]:
+        """The host's variables with its stack's role variables applied."""
+        return {**self.hosts[host], **self.stack_vars.get(host, {})}
 
 
 def _check_yaml(path: Path, text: str) -> None:
@@ -70,13 +76,7 @@ def load_inventory(path: str | Path) -> Inventory:
             where=str(path),
             hint="list hosts under `all: hosts:` or a group's `hosts:`",
         )
-    for host, hostvars in hosts.items():
-        for var, fix in REQUIRED_VARS.items():
-            if var not in hostvars:
-                raise ConfigError(
-                    f"host {host} has no {var}", where=f"{path}: {host}.{var}", hint=fix
-                )
-    return Inventory(path=path, hosts=hosts)
+    return Inventory(path=path, hosts=hosts, stack_vars=_check_hosts(path, hosts))
 
 
 def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
@@ -107,3 +107,61 @@ def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
             if not k.startswith(("ansible_play", "groups", "omit", "playbook_dir"))
         }
     return hosts
+
+
+def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every host's profile and software choice, checked before any host is touched;
+    every broken compatibility rule of every host is reported at once."""
+    from gpuboot.profiles import load_profile
+    from gpuboot.stacks import check_stack, load_stack, role_vars
+
+    problems: list[str] = []
+    fixes: list[str] = []
+    stack_vars: dict[str, dict[str, Any]] = {}
+    for host, hostvars in hosts.items():
+        if "gpuboot_profile" not in hostvars:
+            raise ConfigError(
+                f"host {host} has no gpuboot_profile",
+                where=f"{path}: {host}.gpuboot_profile",
+                hint=PROFILE_FIX,
+            )
+        try:
+            profile = load_profile(hostvars["gpuboot_profile"])
+        except ConfigError as exc:
+            raise ConfigError(
+                exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
+            ) from exc
+        stack_name = hostvars.get("gpuboot_stack")
+        if stack_name is None:
+            missing = [v for v in PIN_VARS if v not in hostvars]
+            if missing:
+                raise ConfigError(
+                    f"host {host} names neither gpuboot_stack nor {missing[0]}",
+                    where=f"{path}: {host}.{missing[0]}",
+                    hint=PIN_FIX,
+                )
+            continue
+        clash = [v for v in PIN_VARS if v in hostvars]
+        if clash:
+            raise ConfigError(
+                f"host {host} sets both gpuboot_stack and {clash[0]}",
+                where=f"{path}: {host}.{clash[0]}",
+                hint="the stack pins the driver: remove the separate pin",
+            )
+        try:
+            stack = load_stack(stack_name)
+        except ConfigError as exc:
+            raise ConfigError(
+                exc.message, where=f"{path}: {host}.gpuboot_stack", hint=exc.hint
+            ) from exc
+        for v in check_stack(stack, profile, where=f"{path}: {host}.gpuboot_stack"):
+            problems.append(f"{v.rule_id} {v.where}: {v.message}")
+            fixes.append(v.fix)
+        stack_vars[host] = role_vars(stack, hostvars.get("gpuboot_os_family", "debian"))
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} compatibility rule(s) broken: " + "; ".join(problems),
+            where=str(path),
+            hint="; ".join(dict.fromkeys(fixes)),
+        )
+    return stack_vars

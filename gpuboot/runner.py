@@ -23,7 +23,7 @@ from gpuboot.errors import RunError
 @dataclass(frozen=True)
 class RunSpec:
     playbook: Path
-    inventory: Path
+    inventory: tuple[Path, ...]  # later sources override earlier ones
     label: str = "run"
     limit: str | None = None
     tags: tuple[str, ...] = ()
@@ -170,12 +170,14 @@ def ansible_env(run_dir: Path) -> dict[str, str]:
 
 
 def run(
-    spec: RunSpec, on_update: Callable[[dict[str, HostResult]], None] | None = None
+    spec: RunSpec,
+    on_update: Callable[[dict[str, HostResult]], None] | None = None,
+    into: tuple[str, Path] | None = None,  # (run id, run dir) made by the caller
 ) -> PlayResult:
     """Run one playbook; host failures are results, only a broken run raises."""
     import ansible_runner  # heavy: imported only when a play actually runs
 
-    run_id, run_dir = new_run_dir(spec.label)
+    run_id, run_dir = into or new_run_dir(spec.label)
     private = run_dir / "private"
     private.mkdir()
     cmdline = []
@@ -192,7 +194,7 @@ def run(
             artifact_dir=str(run_dir / "artifacts"),
             ident="job",
             playbook=str(spec.playbook),
-            inventory=str(spec.inventory),
+            inventory=[str(p) for p in spec.inventory],
             limit=spec.limit,
             tags=",".join(spec.tags) or None,
             forks=spec.forks,

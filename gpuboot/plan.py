@@ -1,0 +1,101 @@
+"""`gpuboot plan`: what each node has now against what its stack wants (read-only).
+
+One SSH round trip per node (`dpkg-query -W`), all nodes in parallel; nothing is
+changed on any node.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpuboot import paths
+from gpuboot.inventory import load_inventory
+
+DPKG_QUERY = "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
+
+
+def installed_packages(dpkg_output: str) -> dict[str, str]:
+    """package -> version for packages dpkg reports as installed (held or not)."""
+    installed = {}
+    for line in dpkg_output.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2][1:2] == "i":
+            installed[parts[0]] = parts[1]
+    return installed
+
+
+def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
+    """Hosts pinned by nvidia_driver_* alone: the driver role's four packages."""
+    branch, version = hostvars["nvidia_driver_branch"], hostvars["nvidia_driver_version"]
+    suffix = "-open" if hostvars.get("nvidia_driver_flavor") == "open" else ""
+    items = []
+    for pkg in (
+        f"nvidia-driver-{branch}{suffix}",
+        f"nvidia-dkms-{branch}{suffix}",
+        f"nvidia-utils-{branch}",
+        f"nvidia-compute-utils-{branch}",
+    ):
+        current = installed.get(pkg)
+        action = "install" if current is None else ("keep" if current == version else "change")
+        items.append(
+            {
+                "package": pkg,
+                "current": current,
+                "desired": version,
+                "action": action,
+                "reboot": action != "keep" and "dkms" in pkg,
+                "restarts": [],
+            }
+        )
+    return items
+
+
+def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
+    import testinfra
+
+    from gpuboot.stacks import compare, load_stack
+
+    inv = load_inventory(inventory)
+    paths.put_venv_on_path()  # testinfra reads the inventory with ansible-inventory
+    hosts = testinfra.get_hosts(
+        [f"ansible://{limit or 'all'}"], ansible_inventory=str(inv.path.resolve())
+    )
+
+    def one(host) -> dict[str, Any]:
+        name = host.backend.get_hostname()
+        hostvars = inv.resolved(name)
+        cmd = host.run(DPKG_QUERY)
+        if cmd.rc != 0:
+            why = (cmd.stderr.strip() or f"exit {cmd.rc}").splitlines()[-1]
+            return {"host": name, "error": f"cannot read installed packages: {why}"}
+        installed = installed_packages(cmd.stdout)
+        if "gpuboot_stack" in hostvars:
+            stack = load_stack(hostvars["gpuboot_stack"])
+            items = [
+                {
+                    "package": i.package,
+                    "current": i.current,
+                    "desired": i.desired,
+                    "action": i.action,
+                    "reboot": i.reboot,
+                    "restarts": list(i.restarts),
+                    "replaces": i.replaces,
+                }
+                for i in compare(installed, stack, hostvars.get("gpuboot_os_family", "debian"))
+            ]
+        else:
+            items = _driver_only_plan(hostvars, installed)
+        changes = [i for i in items if i["action"] != "keep"]
+        return {
+            "host": name,
+            "stack": hostvars.get("gpuboot_stack"),
+            "items": items,
+            "changes": len(changes),
+            "reboot": any(i["reboot"] for i in changes),
+            "restarts": sorted({s for i in changes for s in i["restarts"]}),
+        }
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        nodes = list(pool.map(one, hosts))
+    return {"inventory": str(inv.path), "nodes": sorted(nodes, key=lambda n: n["host"])}
