@@ -41,7 +41,9 @@ def _progress(args) -> Any:
 def cmd_lab_up(args) -> Outcome:
     from gpuboot.lab import lab
 
-    created = lab.up(args.name, args.nodes, args.profile, progress=_progress(args))
+    created = lab.up(
+        args.name, args.nodes, args.profile, progress=_progress(args), stack=args.stack
+    )
     doc = {
         "lab": created.name,
         "profile": created.profile,
@@ -323,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = lab_verbs.add_parser("up", parents=[common, name], help="create a lab")
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
+    up.add_argument("--stack", help="gpuboot_stack for every node (default: driver pin only)")
     up.set_defaults(func=cmd_lab_up)
     lab_verbs.add_parser(
         "image", parents=[common], help="build the node image (cached)"

@@ -47,6 +47,7 @@ class Lab:
     network_id: str = ""
     subnet: str = ""
     repo_container_id: str = ""
+    stack: str | None = None  # gpuboot_stack of every node; None pins the driver alone
 
     @property
     def dir(self) -> Path:
@@ -106,7 +107,13 @@ def _keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().split()[:2]  # type: ignore[return-value]
 
 
-def up(name: str, nodes: int, profile: str, progress: Progress = lambda _: None) -> Lab:
+def up(
+    name: str,
+    nodes: int,
+    profile: str,
+    progress: Progress = lambda _: None,
+    stack: str | None = None,
+) -> Lab:
     """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers."""
     from gpuboot.lab.image import ensure_image
     from gpuboot.lab.repo_server import ensure_repo
@@ -116,6 +123,10 @@ def up(name: str, nodes: int, profile: str, progress: Progress = lambda _: None)
     if not 1 <= nodes <= MAX_NODES:
         raise BadInput(f"--nodes {nodes} is out of range", hint=f"ask for 1 to {MAX_NODES} nodes")
     hw_profile = load_profile(profile)
+    if stack is not None:
+        from gpuboot.stacks import load_stack, require_compatible
+
+        require_compatible(load_stack(stack), hw_profile, where=f"--stack {stack}")
     if (paths.labs_dir() / name / "lab.json").exists():
         raise BadInput(
             f"lab {name!r} already exists",
@@ -129,7 +140,7 @@ def up(name: str, nodes: int, profile: str, progress: Progress = lambda _: None)
     progress("package repository: checking")
     repo = ensure_repo()
 
-    lab = Lab(name=name, profile=hw_profile["name"])
+    lab = Lab(name=name, profile=hw_profile["name"], stack=stack)
     lab.dir.mkdir(parents=True, exist_ok=True)
     lab.save()
     try:
@@ -237,9 +248,16 @@ def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
                     "-o StrictHostKeyChecking=yes -o BatchMode=yes"
                 ),
                 "gpuboot_profile": lab.profile,
-                # The pinned driver (a full stack file replaces these in `gpuboot_stack`).
-                "nvidia_driver_branch": LAB_DRIVER[0],
-                "nvidia_driver_version": LAB_DRIVER[1],
+                **(
+                    {"gpuboot_stack": lab.stack}
+                    if lab.stack
+                    else {
+                        "nvidia_driver_branch": LAB_DRIVER[0],
+                        "nvidia_driver_version": LAB_DRIVER[1],
+                    }
+                ),
+                # The lab's kernel is the host's: roles must not try to install or hold one.
+                "gpuboot_baseline_manage_kernel": False,
                 # The emulated kernel exposes its /proc and /sys views here.
                 "gpuboot_procfs": "/run/gpuemu/proc",
                 "gpuboot_sysfs": "/run/gpuemu/sys",
