@@ -44,6 +44,22 @@ def test_uncertified_before_install(lab2):
         assert "nvidia-utils-550 is not installed" in failed_rules(node)["STK-001"]["reason"]
 
 
+def plan(lab):
+    doc = json.loads(gpuboot("plan", "-i", str(lab.inventory), "--json", check_rc=0).stdout)
+    return {n["host"]: n for n in doc["nodes"]}
+
+
+def test_check_mode_reports_changes_and_makes_none(lab2):
+    before = plan(lab2)
+    assert all(n["changes"] == 4 for n in before.values())
+    assert {i["action"] for i in before["node1"]["items"]} == {"install"}
+    doc = json.loads(
+        gpuboot("install", "-i", str(lab2.inventory), "--check", "--json", check_rc=0).stdout
+    )
+    assert all(r["changed"] > 0 for r in doc["hosts"].values())
+    assert plan(lab2) == before  # nothing was installed
+
+
 def test_install_converges_then_changes_nothing(lab2):
     first = json.loads(gpuboot("install", "-i", str(lab2.inventory), "--json", check_rc=0).stdout)
     assert {h: r["status"] for h, r in first["hosts"].items()} == {
@@ -55,6 +71,8 @@ def test_install_converges_then_changes_nothing(lab2):
         assert result["changed"] == 0, f"{host} changed on the second run: {result['changes']}"
     holds = ssh(lab2, "node1", "apt-mark showhold").stdout.split()
     assert sorted(holds) == sorted(PINNED)
+    after = plan(lab2)
+    assert all(n["changes"] == 0 and not n["reboot"] for n in after.values())
 
 
 def test_unattended_upgrade_keeps_the_pins(lab2):
