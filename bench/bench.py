@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +26,7 @@ sys.path.insert(0, str(PROJECT))
 
 from gpuboot import paths  # noqa: E402
 from gpuboot.lab import lab as labmod  # noqa: E402
-from gpuboot.runner import ansible_env  # noqa: E402
+from gpuboot.runner import ansible_env, close_ssh_masters  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -46,7 +47,9 @@ def main() -> int:
     gpuboot = [sys.executable, "-m", "gpuboot.cli"]
     name = f"bench-{uuid.uuid4().hex[:6]}"
     paths.put_venv_on_path()
-    env = {**os.environ, **ansible_env(Path(os.environ.get("TMPDIR", "/tmp")))}
+    scratch = Path(tempfile.mkdtemp(prefix="gpuboot-bench-"))
+    cp_dir = scratch / "cp"
+    env = {**os.environ, **ansible_env(scratch)}
 
     from gpuboot.lab.image import ensure_image
     from gpuboot.lab.repo_server import ensure_repo
@@ -66,6 +69,7 @@ def main() -> int:
         results["certify_s"], rc = timed([*gpuboot, "certify", "-i", inv, "-q"])
         results["certify_exit"] = rc
     finally:
+        close_ssh_masters(cp_dir)
         labmod.down(name)
 
     ratios = {

@@ -9,6 +9,7 @@ because runs that share one leak env files into each other (LAB-NOTES).
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -154,6 +155,15 @@ def new_run_dir(label: str) -> tuple[str, Path]:
     return run_id, run_dir
 
 
+def close_ssh_masters(control_dir: Path) -> None:
+    """Ask every SSH master of a finished run to exit (`ssh -O exit`)."""
+    if not control_dir.is_dir():
+        return
+    for sock in control_dir.iterdir():
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpuboot-run"],
+                       capture_output=True, timeout=10, check=False)
+
+
 def ansible_env(run_dir: Path) -> dict[str, str]:
     return {
         "PATH": paths.put_venv_on_path(),
@@ -164,7 +174,10 @@ def ansible_env(run_dir: Path) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
+        # One SSH master per host for the whole play, in this run's own directory so
+        # close_ssh_masters() can end them: a CLI run leaves no process behind.
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir / "cp"),
         "ANSIBLE_TIMEOUT": "20",
     }
 
@@ -207,6 +220,8 @@ def run(
         )
     except Exception as exc:  # runner's own failures (bad paths, missing binaries)
         raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
+    finally:
+        close_ssh_masters(run_dir / "cp")
     elapsed = time.monotonic() - started
     result = PlayResult(
         run_id=run_id,
