@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := .make
 DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client iproute2 \
-                ca-certificates python3-venv
+                ca-certificates python3-venv chromium
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup demo test test-unit lint bench clean
@@ -44,7 +44,7 @@ test: setup
 	$(BIN)/python -m pytest tests
 
 test-unit: $(STAMPS)/venv
-	$(BIN)/python -m pytest tests -m "not lab and not molecule"
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser"
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot tests bench

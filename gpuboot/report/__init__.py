@@ -1,0 +1,60 @@
+"""Outputs of a certify run: signed certificates, JUnit XML, HTML report, Prometheus textfile.
+
+Pure functions of the report dict ``gpuboot.certify.certify`` returns (plus the evidence
+bundle it names, for certificates); no host is contacted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuboot.report import certificate, html, junit, prometheus
+
+HTML_NAME = "report.html"
+JUNIT_NAME = "junit.xml"
+PROM_NAME = "gpuboot.prom"
+CERT_DIR = "certificates"
+
+
+def write_reports(
+    report: dict[str, Any],
+    out_dir: Path,
+    *,
+    key_path: Path | None,
+    validity_days: int = certificate.DEFAULT_VALIDITY_DAYS,
+    allow_warn: bool = False,
+    now: datetime | None = None,
+) -> dict[str, Path]:
+    """Write every output into ``out_dir``; returns name -> path.
+
+    Keys: ``html``, ``junit``, ``prometheus`` and ``certificate:<host>`` for each node
+    certified (only with ``key_path``; only PASS nodes, WARN too when ``allow_warn``).
+    Certificates are issued first so the HTML and metrics can show their expiry.
+    """
+    out_dir = Path(out_dir)
+    paths: dict[str, Path] = {}
+    certs: dict[str, dict[str, Any]] = {}
+    if key_path is not None:
+        for node in report.get("nodes", []):
+            if certificate.eligible(node, allow_warn=allow_warn):
+                cert = certificate.issue(
+                    node,
+                    report["bundle"],
+                    key_path,
+                    validity_days=validity_days,
+                    allow_warn=allow_warn,
+                    now=now,
+                )
+                certs[node["host"]] = cert
+                paths[f"certificate:{node['host']}"] = certificate.write(
+                    cert, out_dir / CERT_DIR / f"{node['host']}.json"
+                )
+    paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now)
+    paths["junit"] = junit.write(report, out_dir / JUNIT_NAME)
+    paths["prometheus"] = prometheus.write(report, out_dir / PROM_NAME, certs, now=now)
+    return paths
+
+
+__all__ = ["certificate", "html", "junit", "prometheus", "write_reports"]

@@ -1,0 +1,176 @@
+"""Inline SVG bar charts: one figure per measured quantity, one bar per node.
+
+Thresholds can differ per node (operator overrides per group), so each row draws its own
+fail/warn/pass bands and its own physical-limit marker instead of one shared backdrop.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+from gpuboot.report._util import (
+    ERROR,
+    FAIL,
+    PASS,
+    WARN,
+    fmt_measure,
+    fmt_num,
+    is_number,
+    measurement_status,
+)
+
+WIDTH = 1120
+LABEL_W = 200  # host names
+VALUE_W = 190  # value text column on the right
+ROW_H = 34
+TOP = 12
+AXIS_H = 46
+PLOT_X0 = LABEL_W
+PLOT_X1 = WIDTH - VALUE_W - 16
+
+BAR = {PASS: "#2da44e", WARN: "#bf8700", FAIL: "#cf222e", ERROR: "#8250df"}
+BAND = {"fail": "#ffe1de", "warn": "#fff1c2", "pass": "#e2f5e6", "none": "#f0f1f3"}
+SYMBOL = {PASS: "✓", WARN: "⚠", FAIL: "✗", ERROR: "⊘"}
+
+
+def _e(text: Any) -> str:
+    return escape("" if text is None else str(text), quote=True)
+
+
+def nice_ticks(top: float) -> list[float]:
+    """Round ticks 0..>=top: the tightest fit among steps of 1, 2, 2.5 or 5 x 10^k
+    giving 4 to 10 intervals (so a 400 limit ends the axis at 450, not 500)."""
+    if top <= 0:
+        return [0.0, 1.0]
+    best: tuple[float, int, float] | None = None
+    base = math.floor(math.log10(top))
+    for exp in range(base - 2, base + 1):
+        for mult in (1, 2, 2.5, 5):
+            step = mult * 10**exp
+            count = math.ceil(top / step - 1e-9)
+            if 4 <= count <= 10 and (best is None or (count * step, count) < best[:2]):
+                best = (count * step, count, step)
+    assert best is not None  # some step of the three decades always fits
+    _end, count, step = best
+    return [round(i * step, 10) for i in range(count + 1)]
+
+
+def _short(host: str, limit: int = 26) -> str:
+    return host if len(host) <= limit else host[: limit - 1] + "…"
+
+
+def bar_chart(name: str, unit: str | None, rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """SVG for one quantity; ``rows`` are (host, measurement) pairs."""
+    top = max(
+        [
+            float(m[k])
+            for _h, m in rows
+            for k in ("value", "physical_limit", "warn_below", "fail_below")
+            if is_number(m.get(k))
+        ]
+        or [1.0]
+    )
+    ticks = nice_ticks(top * 1.03)
+    span = ticks[-1] or 1.0
+
+    def x(v: float) -> float:
+        return PLOT_X0 + (PLOT_X1 - PLOT_X0) * min(max(v, 0.0), span) / span
+
+    height = TOP + ROW_H * len(rows) + AXIS_H
+    unit_txt = unit or ""
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+        f'width="100%" role="img" aria-label="{_e(name)} per node, in {_e(unit_txt)}" '
+        f'class="chart" font-size="13">'
+    ]
+    # Gridlines and tick labels first, so bands and bars sit on top of the grid.
+    axis_y = TOP + ROW_H * len(rows)
+    for t in ticks:
+        tx = x(t)
+        out.append(
+            f'<line x1="{tx:.1f}" y1="{TOP}" x2="{tx:.1f}" y2="{axis_y}" class="grid"/>'
+            f'<text x="{tx:.1f}" y="{axis_y + 17}" text-anchor="middle" class="tick">'
+            f"{_e(fmt_num(t))}</text>"
+        )
+    out.append(
+        f'<line x1="{PLOT_X0}" y1="{axis_y}" x2="{PLOT_X1}" y2="{axis_y}" class="axis"/>'
+        f'<text x="{(PLOT_X0 + PLOT_X1) / 2:.1f}" y="{axis_y + 38}" text-anchor="middle" '
+        f'class="axis-label">{_e(name)} ({_e(unit_txt or "value")})</text>'
+    )
+    for i, (host, m) in enumerate(rows):
+        y0 = TOP + i * ROW_H
+        mid = y0 + ROW_H / 2
+        status = measurement_status(m)
+        fail_b, warn_b = m.get("fail_below"), m.get("warn_below")
+        limit = m.get("physical_limit")
+        pass_end = float(limit) if is_number(limit) else span
+        edges = [0.0]
+        bands = []
+        if is_number(fail_b):
+            bands.append(("fail", 0.0, float(fail_b)))
+            edges.append(float(fail_b))
+        if is_number(warn_b):
+            bands.append(("warn", edges[-1], float(warn_b)))
+            edges.append(float(warn_b))
+        bands.append(("pass", edges[-1], max(pass_end, edges[-1])))
+        if not is_number(m.get("value")):
+            bands = [("none", 0.0, span)]
+        for kind, lo, hi in bands:
+            if hi > lo:
+                out.append(
+                    f'<rect x="{x(lo):.1f}" y="{y0 + 3}" width="{x(hi) - x(lo):.1f}" '
+                    f'height="{ROW_H - 6}" fill="{BAND[kind]}"/>'
+                )
+        colour = BAR[status]
+        out.append(
+            f'<text x="{LABEL_W - 12}" y="{mid + 4.5:.1f}" text-anchor="end" class="host">'
+            f"<title>{_e(host)}</title>{_e(_short(host))} "
+            f'<tspan fill="{colour}" font-weight="700">{SYMBOL[status]}</tspan></text>'
+        )
+        value = m.get("value")
+        tip = (
+            f"{host}: {fmt_measure(value, unit)} — {status}; fail below "
+            f"{fmt_measure(fail_b, unit)}, warn below {fmt_measure(warn_b, unit)}, "
+            f"physical limit {fmt_measure(limit, unit)}"
+            + (f" ({m['physical_limit_source']})" if m.get("physical_limit_source") else "")
+        )
+        if is_number(value):
+            out.append(
+                f'<rect x="{PLOT_X0}" y="{mid - 7:.1f}" width="{max(x(value) - PLOT_X0, 1.5):.1f}"'
+                f' height="14" rx="2" fill="{colour}"><title>{_e(tip)}</title></rect>'
+            )
+        else:
+            out.append(
+                f'<text x="{PLOT_X0 + 8}" y="{mid + 4.5:.1f}" class="missing">'
+                f"not measured (harness error)<title>{_e(tip)}</title></text>"
+            )
+        if is_number(limit) and is_number(value):
+            lx = x(float(limit))
+            out.append(
+                f'<line x1="{lx:.1f}" y1="{y0 + 1}" x2="{lx:.1f}" y2="{y0 + ROW_H - 1}" '
+                f'class="limit"><title>physical limit {_e(fmt_measure(limit, unit))}</title></line>'
+            )
+        pct = m.get("pct_of_limit")
+        pct_txt = f" · {fmt_num(pct)}% of limit" if is_number(pct) else ""
+        value_txt = fmt_measure(value, unit) if is_number(value) else "not measured"
+        out.append(
+            f'<text x="{PLOT_X1 + 14}" y="{mid + 4.5:.1f}" class="value" fill="{colour}">'
+            f'<tspan font-weight="700">{_e(value_txt)}</tspan>'
+            f'<tspan class="pct">{_e(pct_txt)}</tspan></text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def chart_groups(
+    nodes: list[dict[str, Any]],
+) -> list[tuple[str, str | None, list[tuple[str, dict[str, Any]]]]]:
+    """(name, unit, rows) per measured quantity, in first-seen order."""
+    groups: dict[tuple[str, str | None], list[tuple[str, dict[str, Any]]]] = {}
+    for node in nodes:
+        for m in node.get("measurements") or []:
+            key = (str(m.get("name")), m.get("unit"))
+            groups.setdefault(key, []).append((str(node.get("host", "?")), m))
+    return [(name, unit, rows) for (name, unit), rows in groups.items()]

@@ -1,0 +1,201 @@
+"""Hardware/firmware fingerprint of one host, read from its evidence-bundle probe files.
+
+Only what the bundle holds is reported, each part from the existing evidence parsers; a
+part whose probe is absent is left out and one whose output cannot be read is listed
+under ``unreadable`` (a certificate must not claim facts nobody observed).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuboot.errors import GpubootError
+from gpuboot.evidence import parser_for
+from gpuboot.evidence.ibstat import parse_ibstat
+from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
+from gpuboot.evidence.modules import parse_nvidia_version
+from gpuboot.evidence.nvidia_smi_csv import parse_query_gpu_csv
+from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q
+from gpuboot.evidence.topo import parse_topo_matrix
+
+DPKG_FILE = "dpkg-query_-W.txt"
+
+# Packages that make up the GPU/network stack; the full package list is kept as a digest.
+_STACK_PKG = re.compile(
+    r"nvidia|cuda|nccl|cudnn|dcgm|datacenter-gpu-manager|doca|mlnx|ofed|rdma|ibverbs|"
+    r"infiniband|perftest|nscq|fabric-?manager|gds|^mft|^linux-(image|modules)-|^kernel"
+)
+
+
+def _first(files: dict[str, Path], *patterns: str) -> Path | None:
+    for pattern in patterns:
+        for name in sorted(files):
+            if fnmatch.fnmatchcase(name, pattern):
+                return files[name]
+    return None
+
+
+def _gpus_from_csv(path: Path) -> list[dict[str, Any]]:
+    # certify names the file without the field list (the csv has a header): plain parser.
+    parser = parser_for(path.name) or parse_query_gpu_csv
+    table = parser(path.read_text(errors="replace"))
+    gpus = []
+    for row in table.rows:
+        gpus.append(
+            {
+                "index": row.index,
+                "name": row.text("name"),
+                "uuid": row.text("uuid"),
+                "serial": row.text("serial"),
+                "pci_bus_id": row.text("pci.bus_id"),
+                "vbios": row.text("vbios_version"),
+                "pcie_link": {
+                    "gen_current": row.pcie_gen_current,
+                    "gen_max": row.pcie_gen_max,
+                    "width_current": row.pcie_width_current,
+                    "width_max": row.pcie_width_max,
+                },
+            }
+        )
+    return gpus
+
+
+def _field(fields: dict[str, str | None], *keys: str) -> str | None:
+    return next((fields[k] for k in keys if fields.get(k)), None)
+
+
+def _gpus_from_q(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    q = parse_nvidia_smi_q(path.read_text(errors="replace"))
+    gpus = [
+        {
+            "index": i,
+            "name": g.product_name,
+            "uuid": g.uuid,
+            "serial": _field(g.fields, "Serial Number", "serial"),
+            "pci_bus_id": g.bus_id or None,
+            "vbios": _field(g.fields, "VBIOS Version", "vbios_version"),
+            "pcie_link": {
+                "gen_current": g.pcie_gen_current,
+                "gen_max": g.pcie_gen_max,
+                "width_current": g.pcie_width_current,
+                "width_max": g.pcie_width_max,
+            },
+        }
+        for i, g in enumerate(q.gpus)
+    ]
+    return gpus, {"driver_version": q.driver_version, "cuda_version": q.cuda_version}
+
+
+def _fill(gpus: list[dict[str, Any]], other: list[dict[str, Any]]) -> None:
+    """Complete csv rows from nvidia-smi -q (the csv field list varies by probe)."""
+    by_bus = {str(g["pci_bus_id"]).upper(): g for g in other if g.get("pci_bus_id")}
+    for i, gpu in enumerate(gpus):
+        match = by_bus.get(str(gpu.get("pci_bus_id")).upper()) or (
+            other[i] if i < len(other) else None
+        )
+        for key, value in (match or {}).items():
+            if gpu.get(key) is None:
+                gpu[key] = value
+
+
+def _nics(path: Path) -> list[dict[str, Any]]:
+    if path.name == "ibstat.txt":
+        stat = parse_ibstat(path.read_text(errors="replace"))
+        return [
+            {
+                "device": ca.name,
+                "ca_type": ca.ca_type,
+                "firmware": ca.firmware,
+                "node_guid": ca.node_guid,
+                "ports": [
+                    {"port": p.port, "rate_gbits_s": p.rate_gbits_s, "link_layer": p.link_layer}
+                    for p in ca.ports
+                ],
+            }
+            for ca in stat.cas
+        ]
+    return [
+        {
+            "device": d.hca_id,
+            "vendor_part_id": d.vendor_part_id,
+            "firmware": d.fw_ver,
+            "board_id": d.board_id,
+            "ports": [{"port": p.port, "link_layer": p.link_layer} for p in d.ports],
+        }
+        for d in parse_ibv_devinfo(path.read_text(errors="replace"))
+    ]
+
+
+def _pcie_topology(path: Path) -> dict[str, Any]:
+    topo = parse_topo_matrix(path.read_text(errors="replace"))
+    return {
+        "devices": list(topo.devices),
+        "links": {dev: dict(sorted(row.links.items())) for dev, row in topo.rows.items()},
+        "nic_names": dict(topo.nic_names),
+    }
+
+
+def _stack(path: Path) -> dict[str, Any]:
+    """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}'`` lines."""
+    installed: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0].strip():
+            continue
+        status = parts[2].strip() if len(parts) > 2 else "ii"
+        if len(status) >= 2 and status[1] == "i":  # second letter: actually installed
+            installed[parts[0].strip()] = parts[1].strip()
+    listing = "".join(f"{p}\t{v}\n" for p, v in sorted(installed.items()))
+    return {
+        "packages": {p: v for p, v in sorted(installed.items()) if _STACK_PKG.search(p)},
+        "package_count": len(installed),
+        "all_packages_sha256": hashlib.sha256(listing.encode()).hexdigest(),
+    }
+
+
+def host_fingerprint(host_dir: Path) -> dict[str, Any]:
+    """Fingerprint of ``<bundle>/<host>``: GPUs, driver, NICs, PCIe tree, installed stack."""
+    files = {p.name: p for p in host_dir.iterdir() if p.is_file()}
+    out: dict[str, Any] = {}
+    unreadable: dict[str, str] = {}
+
+    def part(path: Path | None, fn: Callable[[Path], Any]) -> Any:
+        if path is None:
+            return None
+        try:
+            return fn(path)
+        except (GpubootError, ValueError, UnicodeError) as exc:
+            unreadable[path.name] = str(exc)
+            return None
+
+    q_path = _first(files, "nvidia-smi_-q_-x*.xml", "nvidia-smi_-q*")
+    q = part(q_path, _gpus_from_q)
+    gpus = part(_first(files, "nvidia-smi_--query-gpu*"), _gpus_from_csv)
+    if gpus is None and q is not None:
+        gpus = q[0]
+    elif gpus is not None and q is not None:
+        _fill(gpus, q[0])
+    if gpus is not None:
+        out["gpus"] = gpus
+    driver: dict[str, Any] = dict(q[1]) if q else {}
+    if module := part(
+        files.get("proc_driver_nvidia_version.txt"),
+        lambda p: parse_nvidia_version(p.read_text(errors="replace")),
+    ):
+        driver.update(kernel_module_version=module.version, kernel_module_flavor=module.flavor)
+    if driver:
+        out["driver"] = driver
+    if (nics := part(_first(files, "ibstat.txt", "ibv_devinfo*"), _nics)) is not None:
+        out["nics"] = nics
+    if topo := part(_first(files, "nvidia-smi_topo_-m*"), _pcie_topology):
+        out["pcie_topology"] = topo
+    if stack := part(files.get(DPKG_FILE), _stack):
+        out["stack"] = stack
+    if unreadable:
+        out["unreadable"] = dict(sorted(unreadable.items()))
+    return out

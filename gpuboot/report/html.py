@@ -1,0 +1,316 @@
+"""A self-contained HTML report: inline CSS and SVG, no scripts, no external assets.
+
+Everything that came from a machine (host names, reasons, tool output) is escaped; the
+verdict is always written as a word next to its colour and symbol.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from gpuboot import __version__
+from gpuboot.report._util import (
+    ERROR,
+    FAIL,
+    PASS,
+    STATUSES,
+    WARN,
+    atomic_write,
+    fmt_measure,
+    iso,
+    measurement_status,
+    utc_now,
+)
+from gpuboot.report.charts import BAND, SYMBOL, bar_chart, chart_groups
+
+ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3}
+MEANING = {
+    PASS: "certified, may join the cluster",
+    WARN: "degraded; joins only if policy allows",
+    FAIL: "hardware or configuration fault",
+    ERROR: "harness could not measure; not a hardware verdict",
+}
+
+CSS = """
+:root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;
+--pass:#116329;--pass-bg:#dafbe1;--warn:#7d4e00;--warn-bg:#fff8c5;
+--fail:#a40e26;--fail-bg:#ffebe9;--error:#5a32a3;--error-bg:#f3ecff}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);
+font:15px/1.5 "Segoe UI","Liberation Sans","DejaVu Sans",Helvetica,Arial,sans-serif}
+main{max-width:1180px;margin:0 auto;padding:24px 28px 48px}
+h1{font-size:26px;margin:0 0 4px}
+h2{font-size:19px;margin:32px 0 12px;padding-bottom:6px;border-bottom:1px solid var(--line)}
+h3{font-size:16px;margin:0 0 6px}
+code,.mono{font-family:"DejaVu Sans Mono","Liberation Mono",monospace;font-size:13px}
+.meta{color:var(--muted);margin:0}
+.meta code{color:var(--fg)}
+.head{display:flex;justify-content:space-between;align-items:flex-start;gap:24px}
+.outcome{padding:10px 16px;border-radius:8px;font-weight:600;white-space:nowrap;border:1px solid}
+.cards{display:grid;grid-template-columns:repeat(4,1fr);gap:14px;margin-top:20px}
+.card{background:#fff;border:1px solid var(--line);border-left-width:6px;border-radius:8px;
+padding:12px 16px}
+.card .n{font-size:30px;font-weight:700;line-height:1.1}
+.card .what{color:var(--muted);font-size:13px}
+.s-PASS{color:var(--pass);border-color:var(--pass)}
+.s-WARN{color:var(--warn);border-color:#d4a72c}
+.s-FAIL{color:var(--fail);border-color:#ff8182}
+.s-ERROR{color:var(--error);border-color:#a371f7}
+.badge{display:inline-block;padding:1px 9px;border-radius:12px;font-weight:700;font-size:13px;
+border:1px solid;white-space:nowrap}
+.badge.s-PASS,.outcome.s-PASS{background:var(--pass-bg)}
+.badge.s-WARN,.outcome.s-WARN{background:var(--warn-bg)}
+.badge.s-FAIL,.outcome.s-FAIL{background:var(--fail-bg)}
+.badge.s-ERROR,.outcome.s-ERROR{background:var(--error-bg)}
+table{width:100%;border-collapse:collapse;background:#fff;border:1px solid var(--line);
+border-radius:8px;overflow:hidden}
+th,td{text-align:left;padding:8px 12px;border-bottom:1px solid var(--line);vertical-align:top}
+th{background:#eef1f4;font-size:13px;color:var(--muted);font-weight:600}
+tr:last-child td{border-bottom:0}
+td.host{font-weight:600;word-break:break-all}
+.counts span{margin-right:10px;white-space:nowrap}
+.none{color:var(--muted)}
+.node{background:#fff;border:1px solid var(--line);border-radius:8px;padding:14px 18px;
+margin-bottom:14px}
+.node h3 .badge{margin-left:8px;vertical-align:1px}
+.finding{display:grid;grid-template-columns:92px 1fr;gap:4px 14px;padding:10px 0;
+border-top:1px solid var(--line)}
+.finding .title{font-weight:600}
+.reason{word-break:break-word}
+.action{background:#f6f8fa;border-left:3px solid var(--line);padding:4px 10px;margin-top:4px}
+.action b{color:var(--fg)}
+figure{background:#fff;border:1px solid var(--line);border-radius:8px;margin:0 0 18px;
+padding:14px 18px 6px}
+figcaption{font-weight:600;margin-bottom:2px}
+.legend{color:var(--muted);font-size:13px;margin:0 0 6px}
+.sw{display:inline-block;width:14px;height:10px;border:1px solid #0002;margin:0 4px 0 12px;
+vertical-align:0}
+.sw.limit{width:2px;height:14px;background:#24292f;border:0;vertical-align:-2px}
+.chart .grid{stroke:#e6e9ed}.chart .axis{stroke:#59636e}
+.chart .tick{fill:#59636e;font-size:12px}.chart .axis-label{fill:#1f2328;font-size:13px}
+.chart .host{fill:#1f2328}.chart .limit{stroke:#24292f;stroke-width:2;stroke-dasharray:4 2}
+.chart .missing{fill:#5a32a3;font-style:italic}.chart .pct{fill:#59636e}
+details{margin-top:8px}summary{cursor:pointer;color:var(--muted)}
+footer{margin-top:36px;color:var(--muted);font-size:13px}
+"""
+
+
+def _e(text: Any) -> str:
+    return escape("" if text is None else str(text), quote=True)
+
+
+def badge(status: str) -> str:
+    status = status if status in STATUSES else ERROR
+    return f'<span class="badge s-{status}">{SYMBOL[status]} {status}</span>'
+
+
+def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any]) -> str:
+    nodes = report.get("nodes", [])
+    counts = {s: sum(1 for n in nodes if n.get("verdict") == s) for s in STATUSES}
+    overall = (
+        PASS
+        if nodes and counts[PASS] == len(nodes)
+        else FAIL
+        if counts[FAIL]
+        else (ERROR if counts[ERROR] else WARN if counts[WARN] else PASS)
+    )
+    elapsed = report.get("elapsed_s")
+    meta = [f"run <code>{_e(report.get('run_id', 'n/a'))}</code>", f"generated {iso(now)}"]
+    if elapsed is not None:
+        meta.append(f"took {_e(elapsed)} s")
+    bundle = f"evidence bundle <code>{_e(report['bundle'])}</code>" if report.get("bundle") else ""
+    cards = "".join(
+        f'<div class="card s-{s}"><div class="n">{counts[s]}</div>'
+        f'<div><b>{SYMBOL[s]} {s}</b></div><div class="what">{MEANING[s]}</div></div>'
+        for s in STATUSES
+    )
+    # Without a signing key nothing is certified; say what passed instead of "0 certified".
+    done, word = (len(certificates), "certified") if certificates else (counts[PASS], "passed")
+    return (
+        '<header><div class="head"><div><h1>GPU node certification report</h1>'
+        f'<p class="meta">{" · ".join(meta)}</p><p class="meta">{bundle}</p></div>'
+        f'<div class="outcome s-{overall}">{SYMBOL[overall]} {done} of {len(nodes)} '
+        f"node{'s' if len(nodes) != 1 else ''} {word}</div></div>"
+        f'<div class="cards">{cards}</div></header>'
+    )
+
+
+def _counts(items: list[str]) -> str:
+    parts = [
+        f'<span class="s-{s}">{SYMBOL[s]} {items.count(s)} {s.lower()}</span>'
+        for s in STATUSES
+        if items.count(s)
+    ]
+    return (
+        f'<span class="counts">{"".join(parts)}</span>' if parts else '<span class="none">—</span>'
+    )
+
+
+def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
+    rows = []
+    for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
+        findings = n.get("findings", [])
+        measurements = n.get("measurements") or []
+        bad = [f.get("rule") for f in findings if f.get("status") in (FAIL, ERROR, WARN)]
+        cert = certificates.get(n.get("host"))
+        cert_txt = (
+            f"until {_e(cert['expires_at'][:10])}"
+            if cert
+            else '<span class="none">not issued</span>'
+        )
+        rows.append(
+            f'<tr><td class="host">{_e(n.get("host"))}</td><td>{badge(str(n.get("verdict")))}</td>'
+            f"<td>{_counts([str(f.get('status')) for f in findings])}</td>"
+            f"<td>{_counts([measurement_status(m) for m in measurements])}</td>"
+            f'<td class="mono">{_e(", ".join(map(str, bad))) or "<span class=none>—</span>"}</td>'
+            f"<td>{cert_txt}</td></tr>"
+        )
+    return (
+        "<h2>Verdict per node</h2><table><thead><tr><th>Host</th><th>Verdict</th>"
+        "<th>Rules</th><th>Measurements</th><th>Rules not passed</th><th>Certificate</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _finding(status: str, head: str, title: str, reason: str, action: str | None) -> str:
+    act = f'<div class="action"><b>Action:</b> {_e(action)}</div>' if action else ""
+    return (
+        f'<div class="finding"><div>{badge(status)}</div><div><div class="title">'
+        f'<span class="mono">{_e(head)}</span> {_e(title)}</div>'
+        f'<div class="reason">{_e(reason)}</div>{act}</div></div>'
+    )
+
+
+def _failures(nodes: list[dict[str, Any]]) -> str:
+    cards = []
+    for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
+        items = []
+        findings = [f for f in n.get("findings", []) if f.get("status") != PASS]
+        for f in sorted(
+            findings, key=lambda f: (ORDER.get(f.get("status"), 1), str(f.get("rule")))
+        ):
+            items.append(
+                _finding(
+                    str(f.get("status")),
+                    str(f.get("rule")),
+                    str(f.get("title", "")),
+                    str(f.get("reason", "")),
+                    f.get("action"),
+                )
+            )
+        missing = []
+        for m in n.get("measurements") or []:
+            status = measurement_status(m)
+            if status == ERROR:
+                missing.append(str(m.get("name")))
+            elif status != PASS:
+                unit = m.get("unit")
+                limit = m.get("fail_below") if status == FAIL else m.get("warn_below")
+                reason = (
+                    f"{fmt_measure(m.get('value'), unit)}, below the {status.lower()} "
+                    f"threshold {fmt_measure(limit, unit)}"
+                )
+                items.append(_finding(status, "measurement", str(m.get("name")), reason, None))
+        if missing:  # one line, not one per probe: they share the harness cause above
+            items.append(_finding(ERROR, "measurement", "not measured", "; ".join(missing), None))
+        if items:
+            cards.append(
+                f'<section class="node"><h3>{_e(n.get("host"))}{badge(str(n.get("verdict")))}</h3>'
+                f"{''.join(items)}</section>"
+            )
+    body = "".join(cards) or '<p class="none">No failures, warnings or errors.</p>'
+    return f"<h2>Failures and what to do</h2>{body}"
+
+
+def _bands_note(rows: list[tuple[str, dict[str, Any]]], unit: str | None) -> str:
+    """Caption text: the bands when every node shares them, else say they vary."""
+    parts = []
+    for key, label in (
+        ("fail_below", "fail below"),
+        ("warn_below", "warn below"),
+        ("physical_limit", "physical limit"),
+    ):
+        values = {m.get(key) for _h, m in rows}
+        if len(values) > 1:
+            parts.append(f"{label} varies per node")
+        elif (v := values.pop()) is not None:
+            parts.append(f"{label} {fmt_measure(v, unit)}")
+    medians = sorted({m.get("median_of") for _h, m in rows if m.get("median_of")})
+    if medians:
+        parts.append(f"median of {'/'.join(map(str, medians))} runs")
+    return " · ".join(parts)
+
+
+def _charts(nodes: list[dict[str, Any]]) -> str:
+    groups = chart_groups(nodes)
+    if not groups:
+        return ""
+    legend = (
+        '<p class="legend">Bars: median measured per node, coloured by status.'
+        f'<span class="sw" style="background:{BAND["fail"]}"></span>fail band'
+        f'<span class="sw" style="background:{BAND["warn"]}"></span>warn band'
+        f'<span class="sw" style="background:{BAND["pass"]}"></span>pass band'
+        '<span class="sw limit"></span> physical limit</p>'
+    )
+    figures = [
+        f'<figure><figcaption>{_e(name)}</figcaption><p class="legend">'
+        f"{_e(_bands_note(rows, unit))}</p>{bar_chart(name, unit, rows)}</figure>"
+        for name, unit, rows in groups
+    ]
+    return "<h2>Measured bandwidth against its bands</h2>" + legend + "".join(figures)
+
+
+def _all_checks(nodes: list[dict[str, Any]]) -> str:
+    parts = []
+    for n in sorted(nodes, key=lambda n: str(n.get("host"))):
+        rows = "".join(
+            f'<tr><td class="mono">{_e(f.get("rule"))}</td><td>{badge(str(f.get("status")))}</td>'
+            f'<td>{_e(f.get("title"))}</td><td class="reason">{_e(f.get("reason"))}</td></tr>'
+            for f in n.get("findings", [])
+        )
+        parts.append(
+            f"<details><summary>{_e(n.get('host'))}: {len(n.get('findings', []))} checks"
+            f"</summary><table><thead><tr><th>Rule</th><th>Status</th><th>Check</th>"
+            f"<th>Reason</th></tr></thead><tbody>{rows}</tbody></table></details>"
+        )
+    return "<h2>All checks</h2>" + "".join(parts) if parts else ""
+
+
+def render(
+    report: dict[str, Any],
+    certificates: dict[str, dict[str, Any]] | None = None,
+    *,
+    now: datetime | None = None,
+) -> str:
+    certificates = certificates or {}
+    nodes = report.get("nodes", [])
+    body = (
+        _header(report, now or utc_now(), certificates)
+        + _table(nodes, certificates)
+        + _failures(nodes)
+        + _charts(nodes)
+        + _all_checks(nodes)
+        + f"<footer>gpuboot {_e(__version__)} · verdicts: "
+        + " · ".join(f"{s}: {MEANING[s]}" for s in STATUSES)
+        + "</footer>"
+    )
+    title = f"gpuboot certification {report.get('run_id', '')}".strip()
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
+    )
+
+
+def write(
+    report: dict[str, Any],
+    path: Path | str,
+    certificates: dict[str, dict[str, Any]] | None = None,
+    *,
+    now: datetime | None = None,
+) -> Path:
+    return atomic_write(Path(path), render(report, certificates, now=now).encode("utf-8"))

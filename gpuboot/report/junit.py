@@ -1,0 +1,107 @@
+"""JUnit XML for CI dashboards: a testsuite per node, a testcase per rule and measurement.
+
+Follows the common (Ant/Jenkins/GitLab) schema: FAIL -> <failure>, ERROR -> <error> (the
+harness could not judge; dashboards show it apart from real failures), WARN -> a passed
+test whose <system-out> carries the warning, so a WARN never turns a pipeline red.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from gpuboot.report._util import (
+    ERROR,
+    FAIL,
+    WARN,
+    atomic_write,
+    fmt_measure,
+    measurement_status,
+    xml_safe,
+)
+
+
+def _case(suite: ET.Element, host: str, name: str, status: str, message: str, detail: str) -> None:
+    case = ET.SubElement(suite, "testcase", classname=xml_safe(host), name=xml_safe(name), time="0")
+    if status == FAIL:
+        ET.SubElement(case, "failure", message=xml_safe(message), type=FAIL).text = xml_safe(detail)
+    elif status == ERROR:
+        ET.SubElement(case, "error", message=xml_safe(message), type=ERROR).text = xml_safe(detail)
+    elif status == WARN:
+        ET.SubElement(case, "system-out").text = xml_safe(f"WARN: {detail}")
+
+
+def _measurement_text(m: dict[str, Any]) -> tuple[str, str]:
+    unit = m.get("unit")
+    value = fmt_measure(m.get("value"), unit)
+    bands = ", ".join(
+        f"{label} {fmt_measure(m[key], unit)}"
+        for key, label in (
+            ("fail_below", "fail below"),
+            ("warn_below", "warn below"),
+            ("physical_limit", "physical limit"),
+        )
+        if m.get(key) is not None
+    )
+    status = measurement_status(m)
+    if status == ERROR:
+        message = f"{m.get('name')}: not measured"
+    else:
+        message = f"{m.get('name')} = {value}"
+        if status in (FAIL, WARN):
+            limit = m.get("fail_below" if status == FAIL else "warn_below")
+            message += f", below the {status.lower()} threshold {fmt_measure(limit, unit)}"
+    extra = [bands] if bands else []
+    if m.get("pct_of_limit") is not None:
+        extra.append(f"{m['pct_of_limit']}% of the physical limit")
+    if m.get("median_of"):
+        extra.append(f"median of {m['median_of']} samples: {m.get('samples')}")
+    return message, "\n".join([message, *extra])
+
+
+def build(report: dict[str, Any]) -> ET.Element:
+    root = ET.Element("testsuites", name=xml_safe(f"gpuboot certify {report.get('run_id', '')}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for node in report.get("nodes", []):
+        host = str(node.get("host", "?"))
+        suite = ET.SubElement(root, "testsuite", name=xml_safe(host), hostname=xml_safe(host))
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="verdict", value=xml_safe(node.get("verdict")))
+        counts = {FAIL: 0, ERROR: 0}
+        n = 0
+        for f in node.get("findings", []):
+            status = str(f.get("status"))
+            reason = str(f.get("reason", ""))
+            detail = reason + (f"\naction: {f['action']}" if f.get("action") else "")
+            _case(suite, host, f"{f.get('rule')} {f.get('title')}", status, reason, detail)
+            counts[status] = counts.get(status, 0) + 1
+            n += 1
+        for m in node.get("measurements") or []:
+            status = measurement_status(m)
+            message, detail = _measurement_text(m)
+            _case(suite, host, f"measurement {m.get('name')}", status, message, detail)
+            counts[status] = counts.get(status, 0) + 1
+            n += 1
+        suite.set("tests", str(n))
+        suite.set("failures", str(counts[FAIL]))
+        suite.set("errors", str(counts[ERROR]))
+        suite.set("skipped", "0")
+        suite.set("time", "0")
+        totals["tests"] += n
+        totals["failures"] += counts[FAIL]
+        totals["errors"] += counts[ERROR]
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", str(report.get("elapsed_s", 0)))
+    return root
+
+
+def render(report: dict[str, Any]) -> bytes:
+    root = build(report)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def write(report: dict[str, Any], path: Path | str) -> Path:
+    return atomic_write(Path(path), render(report))

@@ -1,0 +1,43 @@
+"""write_reports: every output in one directory, certificates only for eligible nodes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+from gpuboot.report import certificate, write_reports
+
+from .conftest import NOW
+
+
+def test_all_outputs_with_key(report, key, tmp_path):
+    out = tmp_path / "out"
+    paths = write_reports(report, out, key_path=key, now=NOW)
+    assert paths["html"] == out / "report.html"
+    assert paths["junit"] == out / "junit.xml"
+    assert paths["prometheus"] == out / "gpuboot.prom"
+    certs = {k.split(":", 1)[1]: p for k, p in paths.items() if k.startswith("certificate:")}
+    assert sorted(certs) == ["gpu-a01", "gpu-a02"]  # WARN/FAIL/ERROR: none
+    assert certs["gpu-a01"] == out / "certificates" / "gpu-a01.json"
+    pub = key.with_name(key.name + ".pub")
+    for path in certs.values():
+        assert certificate.verify(path, pub, now=NOW).ok
+    assert "2 of 5 nodes certified" in paths["html"].read_text()
+    prom = paths["prometheus"].read_text()
+    assert 'gpuboot_certificate_expiry_timestamp_seconds{host="gpu-a02"}' in prom
+    ET.parse(paths["junit"])
+    assert all(p.exists() for p in paths.values())
+
+
+def test_allow_warn_certifies_warn_nodes(report, key, tmp_path):
+    paths = write_reports(report, tmp_path, key_path=key, allow_warn=True, now=NOW)
+    cert = json.loads(paths["certificate:gpu-a03"].read_text())
+    assert cert["verdict"] == "WARN"
+    assert "certificate:gpu-b07.rack2.example.net" not in paths
+
+
+def test_without_key_no_certificates(report, tmp_path):
+    paths = write_reports(report, tmp_path, key_path=None, now=NOW)
+    assert set(paths) == {"html", "junit", "prometheus"}
+    assert not (tmp_path / "certificates").exists()
+    assert 'gpuboot_node_certified{host="gpu-a01"} 0' in paths["prometheus"].read_text()
