@@ -280,13 +280,48 @@ def _verdict_text(report: dict[str, Any]) -> str:
 
 
 def cmd_certify(args) -> Outcome:
-    from gpuboot import certify
+    from pathlib import Path
 
+    from gpuboot import certify
+    from gpuboot.report import certificate, write_reports
+
+    if args.gen_key:
+        path = certificate.generate_key(args.gen_key)
+        return Outcome(
+            EXIT_OK,
+            {"private_key": str(path), "public_key": f"{path}.pub"},
+            f"signing key: {path} (keep it private); public key: {path}.pub",
+        )
+    if args.verify:
+        if not args.pubkey:
+            raise BadInput("--verify needs --pubkey", hint="pass the signer's KEY.pub")
+        result = certificate.verify(args.verify, args.pubkey)
+        doc = {"certificate": args.verify, "ok": result.ok, "reason": result.reason}
+        text = f"{args.verify}: {'valid' if result.ok else 'INVALID'}: {result.reason}"
+        return Outcome(EXIT_OK if result.ok else EXIT_NODE_FAILED, doc, text)
+    if not args.inventory:
+        raise BadInput(
+            "certify needs -i INVENTORY (or --verify CERT, or --gen-key PATH)",
+            where="gpuboot certify",
+            hint="see `gpuboot certify --help`",
+        )
     report = certify.certify(
         args.inventory, limit=args.limit, bundle_root=args.bundle_dir, progress=_progress(args)
     )
+    written = write_reports(
+        report,
+        Path(report["run_dir"]) / "reports",
+        key_path=Path(args.sign_key) if args.sign_key else None,
+        validity_days=args.cert_validity_days,
+        allow_warn=args.allow_warn,
+    )
+    report["reports"] = {name: str(path) for name, path in written.items()}
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
-    return Outcome(code, report, _verdict_text(report))
+    text = _verdict_text(report) + f"\nreport: {written['html']}"
+    certs = [p for name, p in written.items() if name.startswith("certificate:")]
+    if certs:
+        text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+    return Outcome(code, report, text)
 
 
 def cmd_evaluate(args) -> Outcome:
@@ -371,11 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
     inst.set_defaults(func=cmd_install)
 
     cert = verbs.add_parser(
-        "certify",
-        parents=[common, run_opts],
-        help="check each node against its profile; collect evidence",
+        "certify", parents=[common], help="check each node against its profile; collect evidence"
     )
+    cert.add_argument("-i", "--inventory")
+    cert.add_argument("--limit", help="Ansible host pattern")
     cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
+    cert.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
+    cert.add_argument("--cert-validity-days", type=int, default=30)
+    cert.add_argument("--allow-warn", action="store_true", help="certify WARN nodes too")
+    cert.add_argument("--verify", metavar="CERT", help="check a certificate's signature and expiry")
+    cert.add_argument("--pubkey", help="public key for --verify")
+    cert.add_argument("--gen-key", metavar="PATH", help="create a signing key pair and exit")
     cert.set_defaults(func=cmd_certify)
 
     mx = verbs.add_parser("matrix", parents=[common], help="version stacks and their rules")

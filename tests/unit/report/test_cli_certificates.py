@@ -1,0 +1,35 @@
+"""`gpuboot certify --gen-key / --verify` through the CLI, on a certificate issued for real."""
+
+import json
+import subprocess
+import sys
+
+from gpuboot.report import certificate
+
+
+def gpuboot(*args):
+    return subprocess.run([sys.executable, "-m", "gpuboot.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_gen_key_issue_verify_and_one_changed_byte(tmp_path, report, bundle):
+    key = tmp_path / "signing.pem"
+    assert gpuboot("certify", "--gen-key", str(key)).returncode == 0
+    node = next(n for n in report["nodes"] if n["verdict"] == "PASS")
+    cert = certificate.write(certificate.issue(node, bundle, key), tmp_path / "cert.json")
+
+    ok = gpuboot("certify", "--verify", str(cert), "--pubkey", f"{key}.pub", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
+
+    data = bytearray(cert.read_bytes())
+    at = data.index(b'"host"') + 10
+    data[at] = ord("X") if data[at] != ord("X") else ord("Y")
+    cert.write_bytes(bytes(data))
+    bad = gpuboot("certify", "--verify", str(cert), "--pubkey", f"{key}.pub")
+    assert bad.returncode == 1
+    assert "INVALID" in bad.stdout
+
+
+def test_verify_without_pubkey_is_bad_input(tmp_path):
+    proc = gpuboot("certify", "--verify", str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and "--pubkey" in proc.stderr
