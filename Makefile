@@ -29,7 +29,7 @@ $(STAMPS)/venv: pyproject.toml
 	@mkdir -p $(STAMPS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,k8s]'
 	@touch $@
 
 # The lab node image (debootstrap + podman import, ~90 s once; cached by recipe hash).

@@ -321,6 +321,32 @@ def cmd_certify(args) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+    if args.kubeconfig:
+        from gpuboot.inventory import load_inventory
+        from gpuboot.k8s import apply_gate
+
+        inv = load_inventory(args.inventory)
+        names = {
+            h: v["gpuboot_k8s_node_name"]
+            for h, v in inv.hosts.items()
+            if "gpuboot_k8s_node_name" in v
+        }
+        actions = apply_gate(
+            report,
+            kubeconfig=args.kubeconfig,
+            context=args.k8s_context,
+            node_names=names,
+            dry_run=args.k8s_dry_run,
+            allow_warn=args.allow_warn,
+        )
+        report["k8s_gate"] = [a.to_dict() for a in actions]
+        for a in actions:
+            what = a.error or (
+                "not in the cluster" if a.missing else "; ".join(a.changes) or "no change"
+            )
+            text += f"\nk8s {a.node}: {what}"
+        if any(a.error or a.missing for a in actions):
+            code = EXIT_NODE_FAILED
     return Outcome(code, report, text)
 
 
@@ -417,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--verify", metavar="CERT", help="check a certificate's signature and expiry")
     cert.add_argument("--pubkey", help="public key for --verify")
     cert.add_argument("--gen-key", metavar="PATH", help="create a signing key pair and exit")
+    cert.add_argument("--kubeconfig", help="apply the join gate: untaint PASS nodes, cordon others")
+    cert.add_argument("--k8s-context", help="kubeconfig context")
+    cert.add_argument("--k8s-dry-run", action="store_true", help="show the gate's changes only")
     cert.set_defaults(func=cmd_certify)
 
     mx = verbs.add_parser("matrix", parents=[common], help="version stacks and their rules")

@@ -1,0 +1,138 @@
+"""What the gate wants a node to look like, from its certify verdict and certificate.
+
+Pure: reads the certificate and the bundle's meta.json named by the report, never the
+cluster. ``Target.error`` set means the gate must not touch the node (a PASS whose
+certificate is missing, unreadable, for another host or expired: lifting the taint then
+would let an unproven node in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from gpuboot.k8s import labels as L
+
+PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
+Cordon = Literal["cordon", "uncordon-ours", "leave"]
+
+
+@dataclass
+class Target:
+    host: str
+    verdict: str
+    certified: bool = False
+    labels: dict[str, str | None] = field(default_factory=dict)  # None: remove the label
+    cordon: Cordon = "leave"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CertInfo:
+    sha256: str
+    expires: int  # unix seconds
+    doc: dict[str, Any]
+
+
+def read_certificate(path: str | Path, host: str, now: datetime) -> CertInfo:
+    """Hash, expiry and content of a certificate file; ValueError says why it is unusable."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read certificate {path}: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(data)
+        expires = datetime.fromisoformat(str(doc["expires_at"]).replace("Z", "+00:00"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"certificate {path} is malformed ({exc})") from exc
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=UTC)
+    if doc.get("host") != host:
+        raise ValueError(f"certificate {path} is for host {doc.get('host')!r}, not {host!r}")
+    if expires <= now:
+        raise ValueError(f"certificate {path} expired at {doc['expires_at']}")
+    return CertInfo(hashlib.sha256(data).hexdigest(), int(expires.timestamp()), doc)
+
+
+def stack_of(report: dict[str, Any], node: dict[str, Any], cert: CertInfo | None) -> str | None:
+    """The pinned stack name, else the pinned driver version, else the driver the
+    certificate's fingerprint saw."""
+    if node.get("stack"):
+        return str(node["stack"])
+    pins: Any = {}
+    if report.get("bundle"):
+        meta_path = Path(str(report["bundle"])) / str(node.get("host")) / "meta.json"
+        try:
+            pins = json.loads(meta_path.read_text()).get("pins") or {}
+        except (OSError, ValueError, AttributeError):
+            pins = {}
+    for key in ("gpuboot_stack", "nvidia_driver_version"):
+        if isinstance(pins, dict) and pins.get(key):
+            return str(pins[key])
+    driver = ((cert.doc.get("fingerprint") or {}).get("driver") or {}) if cert else {}
+    return str(driver["driver_version"]) if driver.get("driver_version") else None
+
+
+def _rule_ids(node: dict[str, Any], statuses: tuple[str, ...]) -> list[str]:
+    found = {str(f.get("rule")) for f in node.get("findings") or [] if f.get("status") in statuses}
+    return sorted(found)
+
+
+def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon) -> Target:
+    failed = L.rules_value(_rule_ids(node, statuses))
+    return Target(
+        host=str(node.get("host")),
+        verdict=str(node.get("verdict")),
+        labels={
+            L.LABEL_CERTIFIED: "false",
+            L.LABEL_FAILED_RULES: failed or None,
+            # a stale certificate hash/expiry would vouch for a node that no longer passes
+            L.LABEL_STACK: None,
+            L.LABEL_CERT_SHA: None,
+            L.LABEL_CERT_EXPIRY: None,
+        },
+        cordon=cordon,
+    )
+
+
+def decide(
+    report: dict[str, Any], node: dict[str, Any], *, allow_warn: bool, now: datetime
+) -> Target:
+    host, verdict = str(node.get("host")), str(node.get("verdict"))
+    if verdict in (FAIL, ERROR):
+        return _uncertified(node, (FAIL, ERROR), "cordon")
+    if verdict == WARN and not allow_warn:
+        # degraded but working: kept out of new scheduling by the taint, not cordoned
+        return _uncertified(node, (WARN,), "leave")
+    if verdict not in (PASS, WARN):
+        return Target(host, verdict, error=f"unknown verdict {verdict!r}: node left untouched")
+    path = (report.get("reports") or {}).get(f"certificate:{host}")
+    if not path:
+        return Target(
+            host,
+            verdict,
+            error="no certificate was issued (certify with --sign-key): node left "
+            "untouched, its uncertified taint stays",
+        )
+    try:
+        cert = read_certificate(path, host, now)
+    except ValueError as exc:
+        return Target(host, verdict, error=f"{exc}: node left untouched")
+    stack = stack_of(report, node, cert)
+    return Target(
+        host=host,
+        verdict=verdict,
+        certified=True,
+        labels={
+            L.LABEL_CERTIFIED: "true",
+            L.LABEL_STACK: (L.label_value(stack) or None) if stack else None,
+            L.LABEL_CERT_SHA: cert.sha256[:16],
+            L.LABEL_CERT_EXPIRY: str(cert.expires),
+            L.LABEL_FAILED_RULES: None,
+        },
+        cordon="uncordon-ours",
+    )
