@@ -160,3 +160,62 @@ def test_lab_down_removes_every_object(make_lab):
     assert not any(exists("container", i) for i in ids)
     assert not exists("network", lab.network_id)
     assert not lab.dir.exists()
+
+
+def _fake_apiserver_module():
+    """The recording Node API server of the gate's unit tests, loaded by path."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "unit" / "k8s" / "fake_apiserver.py"
+    spec = importlib.util.spec_from_file_location("gpuboot_fake_apiserver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
+    fake = _fake_apiserver_module()
+    taint = {"key": "gpuboot.io/uncertified", "value": "true", "effect": "NoSchedule"}
+    server = fake.FakeApiServer().start()
+    try:
+        for name in ("node1", "node2"):
+            server.add(fake.node(name, taints=[dict(taint)]))
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        key = tmp_path / "signing.pem"
+        gpuboot("certify", "--gen-key", str(key), check_rc=0)
+        gpuboot("lab", "fault", "--name", lab2.name, "node2", "xid", "79", check_rc=0)
+        proc = gpuboot(
+            "certify",
+            "-i",
+            str(lab2.inventory),
+            "--sign-key",
+            str(key),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--json",
+            check_rc=1,
+        )
+        doc = json.loads(proc.stdout)
+        assert "certificate:node1" in doc["reports"] and "certificate:node2" not in doc["reports"]
+        ok = gpuboot(
+            "certify",
+            "--verify",
+            doc["reports"]["certificate:node1"],
+            "--pubkey",
+            f"{key}.pub",
+            check_rc=0,
+        )
+        assert "valid" in ok.stdout
+
+        node1, node2 = server.nodes["node1"], server.nodes["node2"]
+        assert taint["key"] not in [t["key"] for t in node1["spec"]["taints"]]
+        assert node1["metadata"]["labels"]["gpuboot.io/certified"] == "true"
+        assert not node1["spec"].get("unschedulable")
+        assert taint["key"] in [t["key"] for t in node2["spec"]["taints"]]
+        assert node2["metadata"]["labels"]["gpuboot.io/certified"] == "false"
+        assert "XID-001" in node2["metadata"]["labels"]["gpuboot.io/failed-rules"]
+        assert node2["spec"]["unschedulable"] is True
+    finally:
+        server.stop()
+        gpuboot("lab", "clear", "--reboot", "--name", lab2.name, "node2", check_rc=0)
