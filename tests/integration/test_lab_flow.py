@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -73,6 +74,29 @@ def test_install_converges_then_changes_nothing(lab2):
     assert sorted(holds) == sorted(PINNED)
     after = plan(lab2)
     assert all(n["changes"] == 0 and not n["reboot"] for n in after.values())
+
+
+def test_limit_tags_and_forks_narrow_the_run(lab2):
+    doc = json.loads(
+        gpuboot(
+            "install",
+            "-i",
+            str(lab2.inventory),
+            "--limit",
+            "node2",
+            "--tags",
+            "driver",
+            "--forks",
+            "1",
+            "--json",
+            check_rc=0,
+        ).stdout
+    )
+    assert list(doc["hosts"]) == ["node2"]
+    result = doc["hosts"]["node2"]
+    assert result["changed"] == 0 and result["ok"] > 0
+    stdout = (Path(doc["run_dir"]) / "stdout").read_text()
+    assert "DRV-010" in stdout and "REPO-001" not in stdout  # --tags driver only
 
 
 def test_unattended_upgrade_keeps_the_pins(lab2):
