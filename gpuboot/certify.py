@@ -58,10 +58,18 @@ class _Collector:
 
 
 def _node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
+    """Findings as {rule,title,status,reason,action,severity,applicable}; every measured
+    figure (median, band, margin, % of the physical limit) in ``measurements``."""
+    out, measurements = [], []
+    for f in findings:
+        d = dict(f.__dict__)
+        measurements += [{**m, "rule": f.rule} for m in d.pop("measurements", [])]
+        out.append(d)
     return {
         "host": host,
         "verdict": rules.verdict(findings),
-        "findings": [f.__dict__ for f in findings],
+        "findings": out,
+        "measurements": measurements,
     }
 
 
@@ -86,8 +94,19 @@ def certify(
     limit: str | None = None,
     bundle_root: str | None = None,
     progress: Callable[[str], None] = lambda _m: None,
+    probes: str | None = None,
 ) -> dict[str, Any]:
+    """Certify the inventory's nodes. ``probes`` (none|quick|full) overrides each host's
+    ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does."""
+    from gpuboot.probes import LEVELS
     from gpuboot.runner import new_run_dir
+
+    if probes is not None and probes not in LEVELS:
+        raise BadInput(
+            f"unknown probe level {probes!r}",
+            where="--probes",
+            hint=f"use one of: {', '.join(LEVELS)}",
+        )
 
     inv = load_inventory(inventory)
     for host, hostvars in inv.hosts.items():  # every profile must load before SSH starts
@@ -107,6 +126,7 @@ def certify(
         f"--hosts=ansible://{limit or 'all'}",
         f"--ansible-inventory={inv.path.resolve()}",
         f"--gpuboot-bundle={bundle}",
+        *([f"--gpuboot-probes={probes}"] if probes else []),
         f"--junitxml={run_dir / 'junit.xml'}",
         "-p",
         "no:cacheprovider",
@@ -133,6 +153,7 @@ def certify(
         "bundle": str(bundle),
         "elapsed_s": round(time.monotonic() - started, 2),
         "passed": all(r["verdict"] == rules.PASS for r in reports),
+        "probes": probes,
         "nodes": reports,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
@@ -169,11 +190,15 @@ def evaluate_bundle(bundle: str, *, profile: str | None = None) -> dict[str, Any
                     where=str(host_dir / "meta.json"),
                     hint="pass --profile SKU",
                 )
-            node_profile = load_profile(meta["profile"])
+            # a bundle may carry its own profile file (a SKU variant), relative to the host
+            local = host_dir / str(meta["profile"])
+            node_profile = load_profile(local if local.is_file() else meta["profile"])
         ctx = rules.NodeContext(
-            host=host_dir.name, profile=node_profile, hostvars=meta.get("pins", {})
+            host=host_dir.name, profile=node_profile, hostvars=meta.get("pins", {}), meta=meta
         )
-        reports.append(_node_report(host_dir.name, rules.evaluate(evidence, ctx)))
+        # a partial bundle (e.g. real captures) names the rules it carries evidence for
+        findings = rules.evaluate(evidence, ctx, meta.get("rules"))
+        reports.append(_node_report(host_dir.name, findings))
     return {
         "bundle": str(root),
         "passed": all(r["verdict"] == rules.PASS for r in reports),

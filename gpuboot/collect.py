@@ -12,8 +12,10 @@ import io
 import json
 import shlex
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Fields of the one --query-gpu call; the file name records the command, the fields
 # are kept in meta.json.
@@ -29,6 +31,7 @@ PROBE_TIMEOUT_S = 120
 class Probe:
     file: str  # evidence file name: the command with spaces as "_"
     command: str  # may use {procfs} and {sysfs}
+    timeout: int = PROBE_TIMEOUT_S
 
 
 PROBES: tuple[Probe, ...] = (
@@ -58,15 +61,60 @@ class ProbeOutput:
 Evidence = dict[str, ProbeOutput]
 
 
-def script(procfs: str = "/proc", sysfs: str = "/sys") -> str:
-    """The one command a node runs; it prints a base64 tar of the probe outputs."""
-    lines = ["d=$(mktemp -d) || exit 97", 'cd "$d" || exit 97']
-    for probe in PROBES:
-        cmd = probe.command.replace("{procfs}", procfs).replace("{sysfs}", sysfs)
-        f = shlex.quote(probe.file)
-        lines.append(
-            f"timeout {PROBE_TIMEOUT_S} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; echo $? >{f}.rc"
+def state_probes(profile: dict[str, Any] | None) -> tuple[Probe, ...]:
+    """PROBES plus what the SKU's hardware calls for (NVLink, NICs and their QoS, fabric
+    manager): cheap reads, collected at every probe level."""
+    if profile is None:
+        return PROBES
+    hw = profile["hardware"]
+    extra: list[Probe] = []
+    if int(hw["nvlink"]["links_per_gpu"]):
+        extra += [
+            Probe("nvidia-smi_nvlink_-s.txt", "nvidia-smi nvlink -s"),
+            Probe("nvidia-smi_nvlink_-e.txt", "nvidia-smi nvlink -e"),
+        ]
+    if int(hw["nvlink"].get("nvswitch_count", 0) or 0):
+        extra.append(
+            Probe(
+                "systemctl_is-active_nvidia-fabricmanager.txt",
+                "systemctl is-active nvidia-fabricmanager",
+            )
         )
+    if hw["nics"]:
+        extra.append(Probe("ibstat.txt", "ibstat"))
+        for nic in hw["nics"]:
+            if nic.get("link_layer") == "Ethernet":
+                dev = nic["netdev"]
+                extra.append(Probe(f"mlnx_qos_-i_{dev}.txt", f"mlnx_qos -i {shlex.quote(dev)}"))
+    return PROBES + tuple(extra)
+
+
+def _run_line(probe: Probe, procfs: str, sysfs: str) -> str:
+    cmd = probe.command.replace("{procfs}", procfs).replace("{sysfs}", sysfs)
+    f = shlex.quote(probe.file)
+    return f"timeout {probe.timeout} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; echo $? >{f}.rc"
+
+
+def script(
+    procfs: str = "/proc",
+    sysfs: str = "/sys",
+    probes: Sequence[Probe] = PROBES,
+    bandwidth: Sequence[Probe] = (),
+) -> str:
+    """The one command a node runs; it prints a base64 tar of the probe outputs.
+
+    State probes run first; bandwidth probes only after the pre-conditions hold (probe lock
+    taken, GPUs idle, no other probe process), else the reason is recorded instead.
+    """
+    from gpuboot.probes import PRECONDITIONS, precondition_script
+
+    lines = ["d=$(mktemp -d) || exit 97", 'cd "$d" || exit 97']
+    lines += [_run_line(p, procfs, sysfs) for p in probes]
+    if bandwidth:
+        lines += precondition_script("nvidia-smi_-q.txt")
+        lines.append(f"if [ ! -s {PRECONDITIONS} ]; then")
+        lines += [_run_line(p, procfs, sysfs) for p in bandwidth]
+        lines.append("fi")
     lines += ["tar -cf - . | base64 -w0", 'cd / && rm -rf "$d"']
     return "\n".join(lines)
 
@@ -78,13 +126,14 @@ def unpack(payload: str) -> Evidence:
             m.name.removeprefix("./"): tar.extractfile(m) for m in tar.getmembers() if m.isfile()
         }
         raw = {name: f.read().decode(errors="replace") for name, f in files.items() if f}
-    for probe in PROBES:
-        if probe.file in raw:
-            evidence[probe.file] = ProbeOutput(
-                stdout=raw[probe.file],
-                stderr=raw.get(probe.file + ".stderr", ""),
-                rc=int(raw.get(probe.file + ".rc", "255").strip() or 255),
-            )
+    for name in sorted(raw):
+        if name.endswith((".stderr", ".rc")):
+            continue
+        evidence[name] = ProbeOutput(
+            stdout=raw[name],
+            stderr=raw.get(name + ".stderr", ""),
+            rc=int(raw.get(name + ".rc", "0").strip() or 255),
+        )
     return evidence
 
 

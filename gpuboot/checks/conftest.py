@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuboot import __version__
-from gpuboot.collect import script, unpack, write_host_bundle
+from gpuboot.checks.pair_phase import run_pair_probes
+from gpuboot.collect import ProbeOutput, script, state_probes, unpack, write_host_bundle
 from gpuboot.errors import GpubootError
+from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
 
 MAX_PARALLEL = 32
@@ -26,36 +28,54 @@ class HostUnreachable(GpubootError):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--gpuboot-bundle", default=None, help="directory to keep the raw evidence in")
+    parser.addoption(
+        "--gpuboot-probes", default=None, help="probe level none|quick|full (default: host var)"
+    )
 
 
 def _name(host) -> str:
     return host.backend.get_hostname()
 
 
-def _collect(host, bundle: Path | None) -> dict:
+def _collect(host, level_override: str | None = None) -> dict:
     hostvars = host.ansible.get_variables() if host.backend.NAME == "ansible" else {}
     procfs = hostvars.get("gpuboot_procfs", "/proc")
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
+    profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
+    level = resolve_level(hostvars, level_override)
+    bandwidth = node_probes(profile, hostvars, level) if profile else []
     started = time.time()
-    cmd = host.run(script(procfs, sysfs))
+    cmd = host.run(script(procfs, sysfs, state_probes(profile), bandwidth))
     if cmd.rc != 0 or not cmd.stdout.strip():
         why = (cmd.stderr.strip() or cmd.stdout.strip() or f"exit {cmd.rc}").splitlines()[-1]
         raise HostUnreachable(
             f"evidence collection failed (exit {cmd.rc}): {why}", where=_name(host)
         )
     evidence = unpack(cmd.stdout.strip())
-    if bundle is not None:
-        pins = {k: v for k, v in hostvars.items() if k.startswith(("nvidia_", "gpuboot_"))}
-        meta = {
-            "host": _name(host),
-            "profile": hostvars.get("gpuboot_profile"),
-            "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "collect_s": round(time.time() - started, 3),
-            "gpuboot": __version__,
-            "pins": pins,
-        }
-        write_host_bundle(bundle / _name(host), evidence, meta)
-    return {"evidence": evidence, "hostvars": hostvars}
+    pins = {k: v for k, v in hostvars.items() if k.startswith(("nvidia_", "gpuboot_"))}
+    pins.update({k: v for k, v in hostvars.items() if k.endswith(("_enabled", "_version"))})
+    meta = {
+        "host": _name(host),
+        "profile": hostvars.get("gpuboot_profile"),
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "collect_s": round(time.time() - started, 3),
+        "gpuboot": __version__,
+        "pins": pins,
+        "probes": level,
+        "commands": {p.file: p.command for p in (*state_probes(profile), *bandwidth)},
+    }
+    return {"evidence": evidence, "hostvars": hostvars, "meta": meta, "profile": profile}
+
+
+def _runner(hosts: dict):
+    def run(name: str, command: str) -> ProbeOutput:
+        try:
+            out = hosts[name].run(command)
+        except Exception as exc:  # an SSH failure is the pair's failure, not the run's
+            return ProbeOutput("", str(exc), 255)
+        return ProbeOutput(out.stdout, out.stderr, out.rc)
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -70,14 +90,22 @@ def _evidence_store(request: pytest.FixtureRequest) -> dict:
             h = callspec.params["_testinfra_host"]
             hosts[_name(h)] = h
 
+    level = request.config.getoption("--gpuboot-probes")
+
     def attempt(host):
         try:
-            return _collect(host, bundle_path)
+            return _collect(host, level)
         except Exception as exc:  # kept per host: one broken node never stops the others
             return exc
 
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(hosts)))) as pool:
-        return dict(zip(hosts, pool.map(attempt, hosts.values()), strict=True))
+        store = dict(zip(hosts, pool.map(attempt, hosts.values()), strict=True))
+    ok = {h: e for h, e in store.items() if not isinstance(e, Exception)}
+    run_pair_probes(ok, _runner(hosts))
+    if bundle_path is not None:
+        for name, entry in ok.items():
+            write_host_bundle(bundle_path / name, entry["evidence"], entry["meta"])
+    return store
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +115,7 @@ def node(host, _evidence_store) -> dict:
 
     entry = _evidence_store.get(_name(host))
     if entry is None:
-        entry = _collect(host, None)
+        entry = _collect(host)
     if isinstance(entry, Exception):
         raise entry
     hostvars = entry["hostvars"]
@@ -96,5 +124,7 @@ def node(host, _evidence_store) -> dict:
         raise HostUnreachable("host has no gpuboot_profile", where=_name(host))
     return {
         "evidence": entry["evidence"],
-        "ctx": NodeContext(host=_name(host), profile=profile, hostvars=hostvars),
+        "ctx": NodeContext(
+            host=_name(host), profile=profile, hostvars=hostvars, meta=entry.get("meta", {})
+        ),
     }

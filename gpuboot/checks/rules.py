@@ -1,102 +1,35 @@
 """Certification rules: pure functions from a node's evidence to a finding.
 
 Each rule has a stable id shared by its check, the role task that fixes it and the
-report line. A rule returns PASS or FAIL for what the node shows; when the evidence
-cannot be read it raises (ParseError, MissingEvidence), which the harness reports as
-ERROR: a harness fault never marks hardware bad.
+report line. A rule returns PASS, WARN or FAIL for what the node shows; when the evidence
+cannot be read it raises (ParseError, MissingEvidence, ProbeFailed), which the harness
+reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``RULES``
+(framework in base.py; GPU, interconnect and bandwidth rules in their own modules).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from gpuboot.collect import Evidence, ProbeOutput
+from gpuboot.checks import bw_rules, fabric_rules, gpu_rules
+from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public API)
+    ERROR,
+    FAIL,
+    PASS,
+    WARN,
+    Finding,
+    MissingEvidence,
+    NodeContext,
+    ProbeFailed,
+    Result,
+    Rule,
+    probe,
+)
+from gpuboot.checks.smi import gpu_table as _gpu_table
+from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.modules import parse_nvidia_version
-from gpuboot.evidence.nvidia_smi_csv import parse_query_gpu_csv
-
-PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
-
-# nvidia-smi prints this instead of a row for a GPU it lost (fallen off the bus, ...).
-_LOST_GPU = re.compile(r"^Unable to determine the device handle for (?:GPU)?\s*(\S+?):? (.*)$")
-
-
-class MissingEvidence(GpubootError):
-    """A probe file the rule needs is absent from the evidence."""
-
-
-@dataclass(frozen=True)
-class NodeContext:
-    host: str
-    profile: dict[str, Any]
-    hostvars: dict[str, Any] = field(default_factory=dict)
-
-    def var(self, name: str, default: Any = None) -> Any:
-        return self.hostvars.get(name, default)
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    title: str
-    status: str
-    reason: str
-    action: str = ""
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    title: str
-    severity: str  # FAIL or WARN: what a violation makes the node
-    action: str  # what the operator should do when it fails
-    check: Callable[[Evidence, NodeContext], str | None]  # None = pass, text = why not
-
-    def evaluate(self, evidence: Evidence, ctx: NodeContext) -> Finding:
-        problem = self.check(evidence, ctx)
-        if problem is None:
-            return Finding(self.id, self.title, PASS, "ok")
-        return Finding(self.id, self.title, self.severity, problem, self.action)
-
-
-def probe(evidence: Evidence, name: str) -> ProbeOutput:
-    try:
-        return evidence[name]
-    except KeyError:
-        raise MissingEvidence(f"probe {name} was not collected", where=name) from None
-
-
-def _smi_failure(out: ProbeOutput) -> str | None:
-    """nvidia-smi's own complaint (no driver, version mismatch) when it could not run."""
-    if out.rc == 0:
-        return None
-    if out.rc == 127:
-        return "nvidia-smi is not installed (the driver's userspace is missing)"
-    text = (out.stdout + "\n" + out.stderr).strip()
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return f"nvidia-smi failed (exit {out.rc}): {first}"
-
-
-def _gpu_table(evidence: Evidence):
-    """(rows, lost) from the --query-gpu probe; lost = [(pci, message)] for vanished GPUs."""
-    out = probe(evidence, "nvidia-smi_--query-gpu_--format=csv.csv")
-    failure = _smi_failure(out)
-    lost, kept = [], []
-    for line in out.stdout.splitlines():
-        m = _LOST_GPU.match(line.strip())
-        if m:
-            lost.append((m.group(1), m.group(2)))
-        else:
-            kept.append(line)
-    if failure and not lost:
-        return failure, [], []
-    if not any(line.strip() for line in kept[1:]):
-        return None, [], lost
-    return None, list(parse_query_gpu_csv("\n".join(kept)).rows), lost
 
 
 def _upstream(debian_version: str) -> str:
@@ -161,15 +94,16 @@ def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
     return f"persistence mode off on GPU {', '.join(map(str, off))}" if off else None
 
 
-def check_xid(evidence: Evidence, ctx: NodeContext) -> str | None:
-    log = (
-        parse_kernel_log(probe(evidence, "dmesg.txt").stdout)
-        if probe(evidence, "dmesg.txt").stdout.strip()
-        else None
-    )
-    if log is None:
+def check_xid(evidence: Evidence, ctx: NodeContext) -> Result | None:
+    """Hardware/driver Xids since boot, with the catalogue's action. Xid 13/43 (and other
+    "application" codes) are the workload's faults; a GPU that fell off the bus without an
+    Xid token counts as Xid 79 (the parser derives it)."""
+    text = probe(evidence, "dmesg.txt").stdout
+    if not text.strip():
         return None  # an empty kernel ring buffer holds no Xid
-    bad = [x for x in log.xids if x.info.category != "application"]
+    from gpuboot.evidence.xid_catalog import xid_info
+
+    bad = [x for x in parse_kernel_log(text).xids if x.info.category != "application"]
     if not bad:
         return None
     seen: dict[int, list[str]] = {}
@@ -179,7 +113,11 @@ def check_xid(evidence: Evidence, ctx: NodeContext) -> str | None:
         f"Xid {code} ({xid_meaning(code)}) on {', '.join(sorted(set(pcis)))}"
         for code, pcis in sorted(seen.items())
     ]
-    return "; ".join(parts)
+    # the most serious code decides the action (catalogue order: RMA > reboot > reset ...)
+    worst = max(seen, key=lambda c: (xid_info(c).severity == "critical", c))
+    info = xid_info(worst)
+    action = f"Xid {worst}: {info.advice} ({info.action})"
+    return Result(FAIL, "; ".join(parts), action=action)
 
 
 def xid_meaning(code: int) -> str:
@@ -188,6 +126,9 @@ def xid_meaning(code: int) -> str:
     return xid_info(code).meaning
 
 
+_RESET = "drain the node and reset the GPU (`nvidia-smi -r`), then certify again"
+_RMA = "reseat or RMA the GPU (open a case with the DCGM diag and nvidia-bug-report)"
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "STK-001",
@@ -195,6 +136,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reinstall the stack (`gpuboot install`), then reboot the node",
         check_driver_versions,
+        ("dpkg-query_-W.txt", "proc_driver_nvidia_version.txt", "reboot-required.txt"),
     ),
     Rule(
         "GPU-001",
@@ -202,6 +144,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reseat or RMA the missing GPU; check `nvidia-smi -q` and the kernel log",
         check_gpu_count,
+        ("nvidia-smi_--query-gpu_--format=csv.csv",),
     ),
     Rule(
         "GPU-002",
@@ -209,6 +152,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "enable nvidia-persistenced (`gpuboot install --tags driver`)",
         check_persistence,
+        ("nvidia-smi_--query-gpu_--format=csv.csv",),
     ),
     Rule(
         "XID-001",
@@ -216,28 +160,180 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
         check_xid,
+        ("dmesg.txt",),
+    ),
+    Rule(
+        "GPU-003",
+        "GPU PCI device ids as the profile expects",
+        FAIL,
+        "wrong GPU SKU fitted: swap it for the profile's model or fix the node's profile",
+        gpu_rules.check_pci_ids,
+        ("nvidia-smi_-q.txt",),
+    ),
+    Rule(
+        "PCI-001",
+        "PCIe links at their max generation and width",
+        FAIL,
+        "reseat the GPU/riser, check the slot's BIOS link setting; RMA if lanes stay lost",
+        gpu_rules.check_pcie_link,
+        ("nvidia-smi_--query-gpu_--format=csv.csv", "nvidia-smi_-q.txt", "dmesg.txt"),
+    ),
+    Rule(
+        "ECC-001",
+        "ECC enabled and no uncorrectable ECC errors",
+        FAIL,
+        "enable ECC (`nvidia-smi -e 1` + reset); uncorrectable errors: " + _RESET,
+        gpu_rules.check_ecc,
+        ("nvidia-smi_-q.txt",),
+    ),
+    Rule(
+        "ECC-002",
+        "no row remap or page retirement pending",
+        FAIL,
+        _RESET,
+        gpu_rules.check_remap_pending,
+        ("nvidia-smi_-q.txt",),
+    ),
+    Rule(
+        "ECC-003",
+        "no row remapping failure",
+        FAIL,
+        _RMA,
+        gpu_rules.check_remap_failure,
+        ("nvidia-smi_-q.txt",),
+    ),
+    Rule(
+        "THR-001",
+        "no thermal clock slowdown",
+        WARN,
+        "check fans, airflow and inlet temperature; the GPU runs slower while throttled",
+        gpu_rules.check_throttle,
+        ("nvidia-smi_-q.txt",),
+    ),
+    Rule(
+        "NVL-001",
+        "NVLinks up at the expected speed",
+        FAIL,
+        "reset the GPUs and check the NVLink/NVSwitch fabric; reseat or RMA if a link stays down",
+        fabric_rules.check_nvlink_links,
+        ("nvidia-smi_nvlink_-s.txt",),
+    ),
+    Rule(
+        "NVL-002",
+        "no NVLink replay/recovery/CRC errors",
+        WARN,
+        "watch the counters; reset the GPUs, and RMA if they keep rising under load",
+        fabric_rules.check_nvlink_errors,
+        ("nvidia-smi_nvlink_-e.txt",),
+    ),
+    Rule(
+        "FAB-001",
+        "fabric manager running, version-matched, fabric trained",
+        FAIL,
+        "install nvidia-fabricmanager at the driver's exact version and start it "
+        "(`gpuboot install`); fix the fabric if it still fails",
+        gpu_rules.check_fabric_manager,
+        ("systemctl_is-active_nvidia-fabricmanager.txt", "dpkg-query_-W.txt", "nvidia-smi_-q.txt"),
+    ),
+    Rule(
+        "NIC-001",
+        "RDMA NIC ports active at the expected rate",
+        FAIL,
+        "check cables, transceivers and the switch port; reseat or RMA the NIC",
+        fabric_rules.check_nics,
+        ("ibstat.txt",),
+    ),
+    Rule(
+        "NIC-002",
+        "RoCE QoS: trust DSCP and PFC on the RoCE priority",
+        FAIL,
+        "re-apply the QoS settings (`gpuboot install`; `mlnx_qos -i IF --trust dscp --pfc ...`)",
+        fabric_rules.check_roce_qos,
+        ("mlnx_qos_-i_*.txt",),
+    ),
+    Rule(
+        "MOD-001",
+        "required kernel modules loaded",
+        FAIL,
+        "load the module (modules-load.d via `gpuboot install`); after an OFED change "
+        "reinstall so nvidia_peermem rebuilds",
+        fabric_rules.check_modules,
+        ("lsmod.txt",),
+    ),
+    Rule(
+        "DCG-001",
+        "DCGM diagnostics pass",
+        FAIL,
+        "read the failed DCGM test's advice; reset the GPU, RMA if it fails again",
+        bw_rules.check_dcgm,
+        ("dcgmi_diag*",),
+    ),
+    Rule(
+        "BW-001",
+        "host-to-device copy bandwidth (nvbandwidth) within band",
+        FAIL,
+        "check PCIe link and NUMA/IOMMU settings; reseat the GPU if one GPU is slow",
+        bw_rules.nvbandwidth_check("nvbandwidth_h2d"),
+        ("nvbandwidth*.json",),
+    ),
+    Rule(
+        "BW-002",
+        "device-to-host copy bandwidth (nvbandwidth) within band",
+        FAIL,
+        "check PCIe link and NUMA/IOMMU settings; reseat the GPU if one GPU is slow",
+        bw_rules.nvbandwidth_check("nvbandwidth_d2h"),
+        ("nvbandwidth*.json",),
+    ),
+    Rule(
+        "BW-003",
+        "device-to-device copy bandwidth (nvbandwidth) within band",
+        FAIL,
+        "check NVLink state (NVL-001) and fabric manager; reset the GPUs",
+        bw_rules.nvbandwidth_check("nvbandwidth_d2d"),
+        ("nvbandwidth*.json",),
+    ),
+    Rule(
+        "BW-004",
+        "single-node NCCL all_reduce bus bandwidth within band",
+        FAIL,
+        "check NVLink, throttling and PCIe; reset the GPUs and measure again",
+        bw_rules.check_all_reduce,
+        ("all_reduce_perf*",),
+    ),
+    Rule(
+        "BW-005",
+        "ib_write_bw to a partner node within band",
+        FAIL,
+        "check the NIC port, cable and switch; compare with ibstat (NIC-001) and QoS (NIC-002)",
+        bw_rules.check_ib_write_bw,
+        ("ib_write_bw_*",),
+    ),
+    Rule(
+        "BW-006",
+        "TCP throughput to a partner node on the management network",
+        FAIL,
+        "check the management NIC, its link speed and the switch port",
+        bw_rules.check_tcp_bw,
+        ("tcp_bw_*",),
     ),
 )
 
 RULES_BY_ID = {rule.id: rule for rule in RULES}
 
 
-def evaluate(evidence: Evidence, ctx: NodeContext) -> list[Finding]:
-    """Every rule on one node; a rule that cannot read its evidence gives ERROR."""
+def evaluate(evidence: Evidence, ctx: NodeContext, only: list[str] | None = None) -> list[Finding]:
+    """Every rule (or the ids/prefixes in ``only``) on one node; a rule that cannot read its
+    evidence gives ERROR."""
     findings = []
     for rule in RULES:
+        if only and not any(rule.id == o or rule.id.startswith(o) for o in only):
+            continue
         try:
             findings.append(rule.evaluate(evidence, ctx))
         except GpubootError as exc:
-            findings.append(
-                Finding(
-                    rule.id,
-                    rule.title,
-                    ERROR,
-                    f"cannot judge: {exc}",
-                    "fix the harness or probe, then certify again",
-                )
-            )
+            findings.append(rule.error(exc))
+        except Exception as exc:  # a rule bug is the harness's fault, never the node's
+            findings.append(rule.error(RuntimeError(f"{type(exc).__name__}: {exc}")))
     return findings
 
 

@@ -1,0 +1,195 @@
+"""Bandwidth and diagnostics rules: measured figures against the SKU's bands.
+
+Each figure is the median of its runs; the band (thresholds.py) decides PASS/WARN/FAIL and
+the measurement goes into the report. A probe that did not measure - tool missing, timeout,
+unreadable output, pre-condition unmet, a pair nobody could be blamed for - is ERROR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuboot.checks.base import (
+    ERROR,
+    FAIL,
+    MissingEvidence,
+    NodeContext,
+    ProbeFailed,
+    Result,
+    not_applicable,
+    probes_matching,
+    tool_failure,
+)
+from gpuboot.checks.thresholds import band, measurement
+from gpuboot.collect import Evidence
+from gpuboot.errors import GpubootError
+from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
+from gpuboot.evidence.nccl import parse_all_reduce_perf
+from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json
+from gpuboot.evidence.perftest import parse_ib_write_bw
+from gpuboot.probes import NVBW_TESTS, PRECONDITIONS
+from gpuboot.probes.tcpbw import parse_tcpbw
+
+
+def _precondition(evidence: Evidence) -> None:
+    pre = evidence.get(PRECONDITIONS)
+    if pre is not None and pre.stdout.strip():
+        reasons = "; ".join(ln.removeprefix("busy: ") for ln in pre.stdout.splitlines() if ln)
+        raise ProbeFailed(f"pre-condition not met: {reasons}", where=PRECONDITIONS)
+
+
+def _absent(ctx: NodeContext, tool_var: str | None, what: str) -> Result:
+    """No probe file: not asked for (level none, stack lacks the tool) or an ERROR."""
+    level = ctx.meta.get("probes")
+    if level in (None, "none"):
+        return not_applicable(f"probe level {level or 'unknown'}: {what} not run")
+    if tool_var and not ctx.var(tool_var):
+        return not_applicable(f"the host's stack does not provide {what} ({tool_var} unset)")
+    raise MissingEvidence(f"{what} was not collected", where=what)
+
+
+def _judge(figure: str, samples: list[float], ctx: NodeContext, detail: str = "") -> Result:
+    b = band(figure, ctx.profile, ctx.hostvars)
+    if b is None:
+        return not_applicable(f"the profile gives no figure for {figure}")
+    m = measurement(figure, samples, b)
+    text = (
+        f"{figure} {m['value']:g} {b.unit} (median of {len(samples)}), "
+        f"warn below {m['warn_below']:g}, fail below {m['fail_below']:g}"
+    )
+    if m["pct_of_limit"] is not None:
+        text += f", {m['pct_of_limit']:g}% of the {b.physical_limit:g} {b.unit} limit"
+    return Result(m["status"], text + (f"; {detail}" if detail else ""), measurements=[m])
+
+
+def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
+    test = NVBW_TESTS[figure]
+
+    def check(evidence: Evidence, ctx: NodeContext) -> Result:
+        if figure == "nvbandwidth_d2d" and int(ctx.hardware["gpu"]["count"]) < 2:
+            return not_applicable("one GPU: no device-to-device copy")
+        _precondition(evidence)
+        samples, worst = [], ""
+        for name, out in probes_matching(evidence, "nvbandwidth*.json").items():
+            if why := tool_failure("nvbandwidth", out):
+                raise ProbeFailed(why, where=name)
+            case = next(
+                (t for t in parse_nvbandwidth_json(out.stdout).tests if t.name == test), None
+            )
+            if case is None:
+                continue
+            if case.status != "Passed":
+                raise ProbeFailed(f"{test} {case.status}", where=name)
+            cells = [(i, j, v) for i, row in enumerate(case.matrix) for j, v in enumerate(row)]
+            vals = [c for c in cells if c[2] is not None]
+            if not vals:
+                raise ProbeFailed(f"{test}: empty matrix", where=name)
+            i, j, low = min(vals, key=lambda c: c[2])
+            samples.append(low)
+            worst = f"slowest {'GPU ' + str(j) if len(case.matrix) == 1 else f'pair {i}->{j}'}"
+        if not samples:
+            return _absent(ctx, "cuda_toolkit_version", f"nvbandwidth {test}")
+        return _judge(figure, samples, ctx, worst)
+
+    return check
+
+
+def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:
+    if int(ctx.hardware["gpu"]["count"]) < 2:
+        return not_applicable("one GPU: no collective to measure")
+    _precondition(evidence)
+    samples = []
+    for name, out in probes_matching(evidence, "all_reduce_perf*").items():
+        res = parse_all_reduce_perf(out.stdout) if out.stdout.strip() else None
+        if res is None or not res.completed:
+            why = tool_failure("all_reduce_perf", out) or (
+                res.failures[0] if res and res.failures else "no result rows"
+            )
+            raise ProbeFailed(why, where=name)
+        if res.wrong_total:
+            return f"{res.wrong_total} wrong element(s) in {name}: data corruption in a collective"
+        largest = max(res.rows, key=lambda r: r.size_bytes)
+        samples.append(largest.out_of_place.busbw_gbytes_s)
+    if not samples:
+        return _absent(ctx, "cuda_toolkit_version", "all_reduce_perf")
+    return _judge("all_reduce_busbw", samples, ctx, "busbw at the largest size")
+
+
+def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    _precondition(evidence)
+    files = probes_matching(evidence, "dcgmi_diag*")
+    if not files:
+        return _absent(ctx, "dcgm_version", "dcgmi diag")
+    failed = []
+    for name, out in files.items():
+        if out.rc not in (0, 226) and not out.stdout.strip():  # 226: some tests failed
+            raise ProbeFailed(tool_failure("dcgmi", out) or "dcgmi failed", where=name)
+        parse = parse_dcgmi_diag_json if name.endswith(".json") else parse_dcgmi_diag_text
+        try:
+            diag = parse(out.stdout)
+        except GpubootError:
+            if why := tool_failure("dcgmi", out):
+                raise ProbeFailed(why, where=name) from None
+            raise
+        failed += [
+            f"{r.test}" + (f" ({r.detail})" if r.detail else "")
+            for r in diag.results
+            if r.result.lower() == "fail"
+        ]
+    return f"DCGM diagnostics failed: {'; '.join(dict.fromkeys(failed))}" if failed else None
+
+
+def pair_check(
+    kind: str, pattern: str, read: Callable[[str], float]
+) -> Callable[[Evidence, NodeContext], Result]:
+    """A pair probe's rule: the attribution (who is to blame) comes from the run's meta;
+    offline bundles without it are judged from the files alone."""
+
+    def check(evidence: Evidence, ctx: NodeContext) -> Result:
+        if kind == "ib_write_bw" and not ctx.hardware["nics"]:
+            return not_applicable("no RDMA NIC on this SKU")
+        verdict = (ctx.meta.get("pairs") or {}).get(kind, {}).get(ctx.host)
+        if verdict is not None:
+            status = verdict["status"]
+            if status == "none":
+                return not_applicable(verdict["reason"])
+            if status == "unattributed":
+                return Result(ERROR, verdict["reason"])
+            if status == "pinned":
+                return Result(FAIL, verdict["reason"])
+            values = [r["value"] for r in verdict.get("runs", []) if r["ok"] and r["value"]]
+            if values:
+                return _judge(kind, values, ctx, f"{len(values)} good pair run(s)")
+        files = probes_matching(evidence, pattern)
+        if not files:
+            if verdict is None and ctx.meta.get("probes") not in (None, "none"):
+                tool = "doca_ofed_enabled" if kind == "ib_write_bw" else None
+                return _absent(ctx, tool, kind)
+            return not_applicable(f"{kind}: no pair probe in this run")
+        samples = []
+        for name, out in files.items():
+            try:
+                samples.append(read(out.stdout))
+            except GpubootError as exc:
+                raise ProbeFailed(f"{name}: {tool_failure(kind, out) or exc}", where=name) from None
+        return _judge(kind, samples, ctx)
+
+    return check
+
+
+def _ib_value(text: str) -> float:
+    res = parse_ib_write_bw(text)
+    bws = [r.bw_average_gbits_s for r in res.runs if r.bw_average_gbits_s is not None]
+    if res.errors and not bws:
+        raise ProbeFailed(f"ib_write_bw failed: {res.errors[0]}")
+    if not bws:
+        raise ProbeFailed("ib_write_bw printed no bandwidth row")
+    return max(bws)
+
+
+def _tcp_value(text: str) -> float:
+    return parse_tcpbw(text).gbits_s
+
+
+check_ib_write_bw = pair_check("ib_write_bw", "ib_write_bw_*", _ib_value)
+check_tcp_bw = pair_check("tcp_bw", "tcp_bw_*", _tcp_value)

@@ -1,0 +1,175 @@
+"""Interconnect rules: NVLink state and errors, NICs, RoCE QoS, required kernel modules."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpuboot.checks.base import (
+    NodeContext,
+    ProbeFailed,
+    Result,
+    not_applicable,
+    probe,
+    tool_failure,
+)
+from gpuboot.collect import Evidence
+from gpuboot.evidence.ibstat import parse_ibstat
+from gpuboot.evidence.mlnx_qos import parse_mlnx_qos
+from gpuboot.evidence.modules import parse_lsmod
+from gpuboot.evidence.nvlink import parse_nvlink_errors, parse_nvlink_status
+
+NVLINK_S = "nvidia-smi_nvlink_-s.txt"
+NVLINK_E = "nvidia-smi_nvlink_-e.txt"
+SPEED_TOLERANCE = 0.99  # nvidia-smi rounds link speeds (26.562, 25)
+
+
+def _read(evidence: Evidence, name: str) -> str:
+    out = probe(evidence, name)
+    if not out.stdout.strip() and (why := tool_failure(name, out)):
+        raise ProbeFailed(why, where=name)
+    return out.stdout
+
+
+def expected_links(ctx: NodeContext) -> list[int]:
+    """Links that must be active per GPU: the profile's list, else all of them. An H100 PCIe
+    pair with an NVLink bridge uses 12 of its 18 links by design (links 4,5,10,11,16,17 idle)."""
+    nv = ctx.hardware["nvlink"]
+    ids = ((ctx.profile.get("thresholds") or {}).get("nvlink") or {}).get("active_links")
+    return [int(i) for i in ids] if ids is not None else list(range(int(nv["links_per_gpu"])))
+
+
+def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
+        return not_applicable("no NVLink on this SKU")
+    status = parse_nvlink_status(_read(evidence, NVLINK_S))
+    want = expected_links(ctx)
+    speed = float(ctx.hardware["nvlink"]["link_speed_gbps"])
+    problems, mig = [], []
+    for g in status.gpus:
+        if g.mig_mode_unsupported:
+            mig.append(g.index)  # NVLink is not used by MIG instances and cannot be queried
+            continue
+        if g.all_links_inactive:
+            problems.append(f"GPU {g.index}: all NVLinks inactive")
+            continue
+        links = {lk.link: lk for lk in g.links}
+        down = [i for i in want if i in links and not links[i].active]
+        missing = [] if status.elided else [i for i in want if i not in links]
+        slow = [
+            f"{lk.link} at {lk.speed_gbytes_s:g}"
+            for lk in g.links
+            if lk.active and lk.speed_gbytes_s and lk.speed_gbytes_s < speed * SPEED_TOLERANCE
+        ]
+        if down:
+            problems.append(f"GPU {g.index}: link(s) {','.join(map(str, down))} inactive")
+        if missing:
+            problems.append(f"GPU {g.index}: link(s) {','.join(map(str, missing))} not listed")
+        if slow:
+            problems.append(f"GPU {g.index}: link(s) {', '.join(slow)} GB/s, want {speed:g}")
+    if problems:
+        return "; ".join(problems)
+    note = f"{len(want)} link(s) per GPU up at {speed:g} GB/s"
+    if mig:
+        note += f"; GPU {','.join(map(str, mig))} in MIG mode (NVLink not queryable, unused)"
+    return Result("PASS", note)
+
+
+def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
+        return not_applicable("no NVLink on this SKU")
+    errors = parse_nvlink_errors(_read(evidence, NVLINK_E))
+    bad = []
+    for g in errors.gpus:
+        for link, counters in sorted(g.counters.items()):
+            nonzero = {k: v for k, v in counters.items() if v}
+            if nonzero:
+                text = ", ".join(f"{k}={v}" for k, v in sorted(nonzero.items()))
+                bad.append(f"GPU {g.index} link {link}: {text}")
+    return "; ".join(bad) or None
+
+
+def _needs_ofed(ctx: NodeContext) -> str | None:
+    if not ctx.hardware["nics"]:
+        return "no RDMA NIC on this SKU"
+    if not ctx.enabled("doca_ofed_enabled"):
+        return "the host's stack does not install DOCA-OFED"
+    return None
+
+
+def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """Every profile NIC port Active/LinkUp at its rate. Ports are matched by (CA type, rate)
+    counts, not names: mlx5_N numbering differs between chassis, and extra ports (frontend
+    Ethernet) are not the compute fabric."""
+    if why := _needs_ofed(ctx):
+        return not_applicable(why)
+    out = probe(evidence, "ibstat.txt")
+    if why := tool_failure("ibstat", out):
+        raise ProbeFailed(why, where="ibstat.txt")
+    stat = parse_ibstat(out.stdout)
+    if stat.errors:
+        raise ProbeFailed(f"ibstat reported: {stat.errors[0]}", where="ibstat.txt")
+    want = Counter((n["ca_type"], int(n["rate"])) for n in ctx.hardware["nics"])
+    problems = []
+    for (ca_type, rate), count in sorted(want.items()):
+        ports = [(ca, p) for ca in stat.cas if ca.ca_type == ca_type for p in ca.ports]
+        good = [
+            ca.name
+            for ca, p in ports
+            if p.state == "Active" and p.physical_state == "LinkUp" and p.rate_gbits_s == rate
+        ]
+        if len(good) < count:
+            bad = [
+                f"{ca.name} {p.state}/{p.physical_state} rate {p.rate_gbits_s}"
+                for ca, p in ports
+                if ca.name not in good
+            ]
+            problems.append(
+                f"{len(good)} of {count} {ca_type} ports Active at {rate} Gb/s"
+                + (f" ({'; '.join(bad)})" if bad else "")
+            )
+    return "; ".join(problems) or None
+
+
+def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """Lossless RoCE: trust DSCP and PFC on exactly the RoCE priority (NVIDIA's RoCE guide
+    uses priority 3). Override with gpuboot_roce_trust / gpuboot_roce_pfc_priorities."""
+    if why := _needs_ofed(ctx):
+        return not_applicable(why)
+    eth = [n for n in ctx.hardware["nics"] if n.get("link_layer") == "Ethernet"]
+    if not eth:
+        return not_applicable("no RoCE (Ethernet) NIC on this SKU")
+    trust = str(ctx.var("gpuboot_roce_trust", "dscp"))
+    prios = sorted(int(p) for p in ctx.var("gpuboot_roce_pfc_priorities", [3]))
+    problems = []
+    for nic in eth:
+        name = f"mlnx_qos_-i_{nic['netdev']}.txt"
+        out = probe(evidence, name)
+        if why := tool_failure("mlnx_qos", out):
+            raise ProbeFailed(why, where=name)
+        qos = parse_mlnx_qos(out.stdout)
+        on = sorted(p for p, e in qos.pfc_enabled.items() if e)
+        if qos.trust_state != trust:
+            problems.append(f"{nic['netdev']} trust {qos.trust_state}, want {trust}")
+        if on != prios:
+            problems.append(f"{nic['netdev']} PFC on priorities {on or 'none'}, want {prios}")
+    return "; ".join(problems) or None
+
+
+def required_modules(ctx: NodeContext) -> list[str]:
+    mods = ["nvidia"]
+    if ctx.enabled("nvidia_peermem_enabled"):
+        mods.append("nvidia_peermem")
+    if ctx.enabled("nvidia_fs_enabled"):
+        mods.append("nvidia_fs")
+    if ctx.hardware["nics"] and ctx.enabled("doca_ofed_enabled"):
+        mods.append("mlx5_ib")
+    return mods
+
+
+def check_modules(evidence: Evidence, ctx: NodeContext) -> str | None:
+    out = probe(evidence, "lsmod.txt")
+    if why := tool_failure("lsmod", out):
+        raise ProbeFailed(why, where="lsmod.txt")
+    loaded = parse_lsmod(out.stdout)
+    missing = [m for m in required_modules(ctx) if m not in loaded]
+    return f"not loaded: {', '.join(missing)}" if missing else None

@@ -1,0 +1,178 @@
+"""Pair probes across nodes (ib_write_bw over the fabric, TCP over the management network).
+
+Nodes are paired in a ring (node i serves, node i+1 connects), run in rounds of disjoint
+pairs so no node is in two probes at once. A pair that fails says only that one of its two
+nodes is bad: each node with no good pair is retried against a node that has one (a
+known-good partner) before the fault is pinned on it. With no known-good partner the
+fault cannot be pinned: both nodes get ERROR, neither is called faulty nor certified.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuboot.collect import ProbeOutput
+from gpuboot.errors import GpubootError
+from gpuboot.evidence.perftest import parse_ib_write_bw
+from gpuboot.probes import tcpbw
+
+Runner = Callable[[str, str], ProbeOutput]  # (host, shell command) -> output
+SERVER_HEAD_START_S = 0.5
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    kind: str  # "ib_write_bw" or "tcp_bw"
+    server_cmd: str
+    client_cmd: Callable[[str], str]  # peer address -> command
+    file: Callable[[str], str]  # peer name -> evidence file name
+    value: Callable[[ProbeOutput, ProbeOutput], float]  # (server, client) -> measured figure
+
+
+@dataclass
+class PairRun:
+    kind: str
+    server: str
+    client: str
+    ok: bool
+    value: float | None
+    reason: str
+    outputs: dict[str, tuple[str, ProbeOutput]] = field(default_factory=dict)  # host -> file
+
+
+def ib_spec(hca: str, seconds: int = 2) -> PairSpec:
+    base = f"ib_write_bw -d {hca} --report_gbits -F -s 1048576 -D {seconds}"
+
+    def value(_srv: ProbeOutput, cli: ProbeOutput) -> float:
+        res = parse_ib_write_bw(cli.stdout)
+        bws = [r.bw_average_gbits_s for r in res.runs if r.bw_average_gbits_s is not None]
+        if res.errors or not bws:
+            raise GpubootError(res.errors[0] if res.errors else "no bandwidth row")
+        return max(bws)
+
+    return PairSpec(
+        "ib_write_bw",
+        f"timeout 60 {base}",
+        lambda peer: f"timeout 60 {base} {peer}",
+        lambda peer: f"ib_write_bw_-d_{hca}_{peer}.txt",
+        value,
+    )
+
+
+def tcp_spec(seconds: float = 1.0) -> PairSpec:
+    return PairSpec(
+        "tcp_bw",
+        tcpbw.server_command(),
+        lambda peer: tcpbw.client_command(peer, seconds),
+        lambda peer: f"tcp_bw_{peer}.txt",
+        lambda srv, _cli: tcpbw.parse_tcpbw(srv.stdout).gbits_s,
+    )
+
+
+def ring_rounds(hosts: list[str]) -> list[list[tuple[str, str]]]:
+    """(server, client) pairs of a ring, grouped into rounds of node-disjoint pairs."""
+    n = len(hosts)
+    if n < 2:
+        return []
+    pairs = [(hosts[0], hosts[1])] if n == 2 else [(hosts[i], hosts[(i + 1) % n]) for i in range(n)]
+    rounds: list[list[tuple[str, str]]] = []
+    while pairs:
+        used: set[str] = set()
+        this, rest = [], []
+        for a, b in pairs:
+            if a in used or b in used:
+                rest.append((a, b))
+            else:
+                this.append((a, b))
+                used |= {a, b}
+        rounds.append(this)
+        pairs = rest
+    return rounds
+
+
+def run_pair(
+    spec: PairSpec,
+    server: str,
+    client: str,
+    addresses: dict[str, str],
+    run: Runner,
+    fail_below: float,
+    suffix: str = "",
+) -> PairRun:
+    box: dict[str, ProbeOutput] = {}
+    t = threading.Thread(target=lambda: box.setdefault("s", run(server, spec.server_cmd)))
+    t.start()
+    time.sleep(SERVER_HEAD_START_S)
+    cli = run(client, spec.client_cmd(addresses.get(server, server)))
+    t.join(timeout=90)
+    srv = box.get("s", ProbeOutput("", "server side did not finish", 124))
+    name = lambda peer: spec.file(peer).replace(".txt", f"{suffix}.txt")  # noqa: E731
+    outputs = {server: (name(client), srv), client: (name(server), cli)}
+    if srv.rc != 0 or cli.rc != 0:
+        side, out = (server, srv) if srv.rc != 0 else (client, cli)
+        text = (out.stderr.strip() or out.stdout.strip() or f"exit {out.rc}").splitlines()[-1]
+        return PairRun(spec.kind, server, client, False, None, f"{side}: {text}", outputs)
+    try:
+        value = spec.value(srv, cli)
+    except GpubootError as exc:
+        return PairRun(spec.kind, server, client, False, None, f"unreadable: {exc}", outputs)
+    ok = value >= fail_below
+    why = "ok" if ok else f"{value:g} below the fail threshold {fail_below:g}"
+    return PairRun(spec.kind, server, client, ok, value, why, outputs)
+
+
+def attribute(
+    hosts: list[str], runs: list[PairRun], retry: Callable[[str, str], PairRun]
+) -> tuple[dict[str, dict[str, Any]], list[PairRun]]:
+    """Per host: status good | pinned | unattributed | none, with the runs behind it."""
+    good = {h for r in runs if r.ok for h in (r.server, r.client)}
+    involved = {h for r in runs for h in (r.server, r.client)}
+    retries: list[PairRun] = []
+    verdict: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        if h not in involved:
+            verdict[h] = {"status": "none", "reason": "no partner node in this run"}
+        elif h in good:
+            verdict[h] = {"status": "good", "reason": "ok"}
+    for h in sorted(involved - good):
+        if h in good:  # cleared by a second try of its pair
+            verdict.setdefault(h, {"status": "good", "reason": "ok on a second try"})
+            continue
+        partner = next((g for g in sorted(good) if g != h), None)
+        failed = "; ".join(
+            f"{r.server}->{r.client}: {r.reason}" for r in runs if h in (r.server, r.client)
+        )
+        if partner is None:  # nobody known-good: one more try of the same pair first
+            first = next(r for r in runs if h in (r.server, r.client))
+            again = retry(first.server, first.client)
+            retries.append(again)
+            if again.ok:
+                good |= {first.server, first.client}
+                verdict[h] = {"status": "good", "reason": f"ok on a second try ({failed})"}
+                continue
+            verdict[h] = {
+                "status": "unattributed",
+                "reason": f"pair failed ({failed}) and no known-good partner to retry with",
+            }
+            continue
+        again = retry(partner, h)
+        retries.append(again)
+        if again.ok:
+            verdict[h] = {"status": "good", "reason": f"retry with {partner} ok"}
+        else:
+            verdict[h] = {
+                "status": "pinned",
+                "reason": f"failed ({failed}); retry with known-good {partner}: {again.reason}",
+            }
+    for h, v in verdict.items():
+        v["runs"] = [
+            {"server": r.server, "client": r.client, "ok": r.ok, "value": r.value}
+            | {"reason": r.reason}
+            for r in [*runs, *retries]
+            if h in (r.server, r.client)
+        ]
+    return verdict, retries

@@ -1,0 +1,88 @@
+"""Run gpuboot's real collection script against an emulated node on this machine.
+
+The emulator's shims are put on PATH under their tool names (as the lab's packages do),
+so the evidence has exactly the emulator's output formats, without podman.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuboot.checks.base import NodeContext
+from gpuboot.collect import Evidence, script, state_probes, unpack
+from gpuboot.probes import node_probes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+from _emu import GPUEMU, Daemon, EmuNode, make_node
+
+TOOLS = (
+    "nvidia-smi", "dmesg", "lsmod", "ibstat", "mlnx_qos", "ib_write_bw", "nvbandwidth",
+    "all_reduce_perf", "dcgmi",
+)  # fmt: skip
+STACK_VARS = {
+    "nvidia_driver_branch": "550",
+    "nvidia_driver_version": "550.54.15-1",
+    "cuda_toolkit_version": "12.4.1-1",
+    "dcgm_version": "1:3.3.9",
+    "doca_ofed_enabled": True,
+    "nvidia_fabricmanager_enabled": True,
+    "nvidia_peermem_enabled": False,
+}
+
+
+def full_node(tmp: Path, profile: str = "hgx-h100-sxm-8gpu") -> EmuNode:
+    """A node with driver, fabric manager, DCGM and OFED installed, QoS set for RoCE."""
+    n = make_node(tmp, profile)
+    n.install_userspace("fabricmanager", "550.54.15")
+    n.install_userspace("dcgm", "3.3.9")
+    for m in ("ib_core", "mlx5_core", "mlx5_ib", "ib_uverbs"):
+        n.install_module(m, "24.10-1.1.4")
+    n.run("ctl", "boot", "--force", check=True)
+    for nic in n.profile["hardware"]["nics"]:
+        n.run("mlnx_qos", "-i", nic["netdev"], "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0")
+    return n
+
+
+def collect(node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...] = ()) -> Evidence:
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    for tool in TOOLS:
+        link = bindir / tool
+        if tool not in drop and not link.exists():
+            link.write_text(f'#!/bin/sh\nexec {sys.executable} {GPUEMU} {tool} "$@"\n')
+            link.chmod(0o755)
+        elif tool in drop and link.exists():
+            link.unlink()
+    env = {**node.env, "PATH": f"{bindir}:/usr/bin:/bin"}
+    sysroot = node.root / "run" / "gpuemu"
+    profile = node.profile
+    text = script(
+        str(sysroot / "proc"),
+        str(sysroot / "sys"),
+        state_probes(profile),
+        node_probes(profile, STACK_VARS, level),
+    )
+    # no systemd here: answer the fabric manager probe from the emulator's own state
+    text = text.replace("systemctl is-active nvidia-fabricmanager", _fm_state(node))
+    out = subprocess.run(["sh", "-c", text], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return unpack(out.stdout.strip())
+
+
+def _fm_state(node: EmuNode) -> str:
+    running = node.status()["daemons"].get("fabricmanager")
+    return "echo active" if running else "echo inactive; exit 3"
+
+
+def ctx(node: EmuNode, level: str = "quick", **extra) -> NodeContext:
+    return NodeContext("emu", node.profile, {**STACK_VARS, **extra}, {"probes": level})
+
+
+def dpkg_line(version: str = "550.54.15-1") -> str:
+    return f"nvidia-fabricmanager-550\t{version}\tii \nnvidia-utils-550\t{version}\tii \n"
+
+
+__all__ = ["Daemon", "EmuNode", "collect", "ctx", "dpkg_line", "full_node", "os"]
