@@ -36,10 +36,12 @@ def make_lab():
     _require_podman()
     created: list[str] = []
 
-    def make(nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu") -> labmod.Lab:
+    def make(
+        nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu", stack: str | None = None
+    ) -> labmod.Lab:
         name = f"t{os.getpid() % 10000}-{uuid.uuid4().hex[:6]}"
         created.append(name)
-        return labmod.up(name, nodes, profile)
+        return labmod.up(name, nodes, profile, stack=stack)
 
     yield make
     for name in created:
