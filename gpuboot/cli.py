@@ -306,7 +306,11 @@ def cmd_certify(args) -> Outcome:
             hint="see `gpuboot certify --help`",
         )
     report = certify.certify(
-        args.inventory, limit=args.limit, bundle_root=args.bundle_dir, progress=_progress(args)
+        args.inventory,
+        limit=args.limit,
+        bundle_root=args.bundle_dir,
+        progress=_progress(args),
+        probes=args.probes,
     )
     written = write_reports(
         report,
@@ -436,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cert.add_argument("-i", "--inventory")
     cert.add_argument("--limit", help="Ansible host pattern")
+    cert.add_argument(
+        "--probes",
+        choices=["none", "quick", "full"],
+        help="bandwidth probing (default: each host's gpuboot_probes, else quick)",
+    )
     cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     cert.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
     cert.add_argument("--cert-validity-days", type=int, default=30)

@@ -23,7 +23,8 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     if not inv.stack_vars:
         return None
     overlay = run_dir / "stack-vars.yml"
-    hosts = {host: dict(role_vars) for host, role_vars in inv.stack_vars.items()}
+    # str(): ansible-core 2.19 hands out host names as a str subclass yaml cannot dump.
+    hosts = {str(host): dict(role_vars) for host, role_vars in inv.stack_vars.items()}
     overlay.write_text(
         "# Written by gpuboot install: role variables of each host's gpuboot_stack.\n"
         + yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=True)

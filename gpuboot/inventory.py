@@ -109,6 +109,17 @@ def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
     return hosts
 
 
+def with_stack(hostvars: dict[str, Any]) -> dict[str, Any]:
+    """A host's variables with its gpuboot_stack's role variables applied (stack wins)."""
+    name = hostvars.get("gpuboot_stack")
+    if not name:
+        return dict(hostvars)
+    from gpuboot.stacks import load_stack, role_vars
+
+    stack = load_stack(name)
+    return {**hostvars, **role_vars(stack, hostvars.get("gpuboot_os_family", "debian"))}
+
+
 def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every host's profile and software choice, checked before any host is touched;
     every broken compatibility rule of every host is reported at once."""

@@ -72,6 +72,12 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
         installed = installed_packages(cmd.stdout)
         if "gpuboot_stack" in hostvars:
             stack = load_stack(hostvars["gpuboot_stack"])
+            family = hostvars.get("gpuboot_os_family", "debian")
+            # Where gpuboot does not manage the kernel (the lab's is the host's), its
+            # packages are not part of the plan.
+            skip = set()
+            if hostvars.get("gpuboot_baseline_manage_kernel") is False:
+                skip = {p.name for p in stack.kernel_pins(family).packages}
             items = [
                 {
                     "package": i.package,
@@ -82,7 +88,8 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
                     "restarts": list(i.restarts),
                     "replaces": i.replaces,
                 }
-                for i in compare(installed, stack, hostvars.get("gpuboot_os_family", "debian"))
+                for i in compare(installed, stack, family)
+                if i.package not in skip
             ]
         else:
             items = _driver_only_plan(hostvars, installed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,7 @@ def _fake_apiserver_module():
     path = Path(__file__).parents[1] / "unit" / "k8s" / "fake_apiserver.py"
     spec = importlib.util.spec_from_file_location("gpuboot_fake_apiserver", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
