@@ -15,18 +15,19 @@ PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
 
 
 def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
-    """An inventory layered after the operator's: each host's stack as role variables.
+    """An inventory layered after the operator's: the role variables gpuboot derives for
+    each host (its stack's pins, its profile's RoCE rails).
 
-    The stack was resolved and checked in Python (inventory.py), so the roles receive
-    plain, already-validated variables and never parse stack files themselves.
+    Stacks and profiles were resolved and checked in Python (inventory.py), so the roles
+    receive plain, already-validated variables and never parse gpuboot's files.
     """
-    if not inv.stack_vars:
+    if not any(inv.derived_vars.values()):
         return None
     overlay = run_dir / "stack-vars.yml"
     # str(): ansible-core 2.19 hands out host names as a str subclass yaml cannot dump.
-    hosts = {str(host): dict(role_vars) for host, role_vars in inv.stack_vars.items()}
+    hosts = {str(host): dict(role_vars) for host, role_vars in inv.derived_vars.items()}
     overlay.write_text(
-        "# Written by gpuboot install: role variables of each host's gpuboot_stack.\n"
+        "# Written by gpuboot install: role variables derived from each host's stack and profile.\n"
         + yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=True)
     )
     return overlay

@@ -23,11 +23,12 @@ PIN_FIX = (
 class Inventory:
     path: Path
     hosts: dict[str, dict[str, Any]]  # host -> merged variables (group + host)
-    stack_vars: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> role vars
+    # host -> role variables gpuboot derives: the stack's pins and the profile's facts
+    derived_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def resolved(self, host: str) -> dict[str, Any]:
-        """The host's variables with its stack's role variables applied."""
-        return {**self.hosts[host], **self.stack_vars.get(host, {})}
+        """The host's variables with the derived role variables applied."""
+        return {**self.hosts[host], **self.derived_vars.get(host, {})}
 
 
 def _check_yaml(path: Path, text: str) -> None:
@@ -76,7 +77,7 @@ def load_inventory(path: str | Path) -> Inventory:
             where=str(path),
             hint="list hosts under `all: hosts:` or a group's `hosts:`",
         )
-    return Inventory(path=path, hosts=hosts, stack_vars=_check_hosts(path, hosts))
+    return Inventory(path=path, hosts=hosts, derived_vars=_check_hosts(path, hosts))
 
 
 def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
@@ -109,6 +110,15 @@ def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
     return hosts
 
 
+def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str, Any]:
+    """Role variables that follow from the SKU's hardware, unless the inventory sets them."""
+    nics = profile.get("hardware", {}).get("nics", [])
+    derived = {
+        "gpuboot_roce_interfaces": [n["netdev"] for n in nics if n.get("link_layer") == "Ethernet"]
+    }
+    return {k: v for k, v in derived.items() if k not in hostvars}
+
+
 def with_stack(hostvars: dict[str, Any]) -> dict[str, Any]:
     """A host's variables with its gpuboot_stack's role variables applied (stack wins)."""
     name = hostvars.get("gpuboot_stack")
@@ -128,7 +138,7 @@ def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict
 
     problems: list[str] = []
     fixes: list[str] = []
-    stack_vars: dict[str, dict[str, Any]] = {}
+    derived: dict[str, dict[str, Any]] = {}
     for host, hostvars in hosts.items():
         if "gpuboot_profile" not in hostvars:
             raise ConfigError(
@@ -142,6 +152,7 @@ def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict
             raise ConfigError(
                 exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
             ) from exc
+        derived[host] = profile_vars(profile, hostvars)
         stack_name = hostvars.get("gpuboot_stack")
         if stack_name is None:
             missing = [v for v in PIN_VARS if v not in hostvars]
@@ -168,11 +179,11 @@ def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict
         for v in check_stack(stack, profile, where=f"{path}: {host}.gpuboot_stack"):
             problems.append(f"{v.rule_id} {v.where}: {v.message}")
             fixes.append(v.fix)
-        stack_vars[host] = role_vars(stack, hostvars.get("gpuboot_os_family", "debian"))
+        derived[host].update(role_vars(stack, hostvars.get("gpuboot_os_family", "debian")))
     if problems:
         raise ConfigError(
             f"{len(problems)} compatibility rule(s) broken: " + "; ".join(problems),
             where=str(path),
             hint="; ".join(dict.fromkeys(fixes)),
         )
-    return stack_vars
+    return derived

@@ -258,6 +258,9 @@ def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
                 ),
                 # The lab's kernel is the host's: roles must not try to install or hold one.
                 "gpuboot_baseline_manage_kernel": False,
+                # The lab's stand-in for a site-built nvbandwidth/nccl-tests package.
+                "gpuboot_probe_tools_enabled": True,
+                "gpuboot_probe_tools_packages": ["gpuboot-probes=0.6-1"],
                 # The emulated kernel exposes its /proc and /sys views here.
                 "gpuboot_procfs": "/run/gpuemu/proc",
                 "gpuboot_sysfs": "/run/gpuemu/sys",
