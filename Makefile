@@ -40,7 +40,7 @@ $(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot/lab/image/build-node-im
 demo: setup
 	scripts/demo.sh
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest tests
 
 test-unit: $(STAMPS)/venv
@@ -48,6 +48,8 @@ test-unit: $(STAMPS)/venv
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot tests bench
+	$(BIN)/yamllint roles playbooks molecule
+	$(BIN)/ansible-lint --profile production --nocolor -q roles playbooks
 
 bench: setup
 	$(BIN)/python bench/bench.py
