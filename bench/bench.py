@@ -5,6 +5,7 @@ in the same run (absolute seconds depend on the machine; ratios travel).
   lab up (10 nodes, image cached)       seconds (and per node)
   gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
   install no-op    / ansible -m setup   a converged re-run vs. plain fact gathering
+  evaluate (1000 nodes) / reading them  offline judging vs. just reading the evidence
 
 Usage: .venv/bin/python bench/bench.py [--nodes 10] [--json]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,30 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
         raise SystemExit(f"bench: {' '.join(cmd[:3])} failed with exit {proc.returncode}")
     return elapsed, proc.returncode
+
+
+def evaluate_throughput(bundle: Path, out: Path, hosts: int) -> dict[str, float]:
+    """`evaluate` on a bundle of ``hosts`` nodes (copies of the lab's real evidence),
+    against the baseline of merely reading those files."""
+    from gpuboot.certify import evaluate_bundle
+    from gpuboot.collect import read_host_bundle
+
+    sources = sorted(p for p in bundle.iterdir() if p.is_dir())
+    for i in range(hosts):
+        shutil.copytree(sources[i % len(sources)], out / f"gpu{i:04d}")
+    started = time.monotonic()
+    for host_dir in sorted(out.iterdir()):
+        read_host_bundle(host_dir)
+    read_s = time.monotonic() - started
+    started = time.monotonic()
+    report = evaluate_bundle(str(out))
+    evaluate_s = time.monotonic() - started
+    assert len(report["nodes"]) == hosts
+    return {
+        "evaluate_1000_s": evaluate_s,
+        "read_1000_s": read_s,
+        "evaluate_nodes_per_s": hosts / evaluate_s,
+    }
 
 
 def main() -> int:
@@ -66,13 +92,21 @@ def main() -> int:
         results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
         results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
         results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
-        results["certify_s"], rc = timed([*gpuboot, "certify", "-i", inv, "-q"])
-        results["certify_exit"] = rc
+        started = time.monotonic()
+        cert = subprocess.run(
+            [*gpuboot, "certify", "-i", inv, "-q", "--json"], capture_output=True, text=True
+        )
+        results["certify_s"] = time.monotonic() - started
+        results["certify_exit"] = cert.returncode
+        bundle = Path(json.loads(cert.stdout)["bundle"])
+        results.update(evaluate_throughput(bundle, scratch / "big", hosts=1000))
     finally:
         close_ssh_masters(cp_dir)
         labmod.down(name)
+        shutil.rmtree(scratch, ignore_errors=True)
 
     ratios = {
+        "evaluate / read (1000 nodes)": results["evaluate_1000_s"] / results["read_1000_s"],
         "certify / ansible ping": results["certify_s"] / results["ansible_ping_s"],
         "install no-op / ansible setup": results["install_noop_s"] / results["ansible_setup_s"],
         "install no-op / install first": results["install_noop_s"] / results["install_first_s"],
@@ -81,11 +115,21 @@ def main() -> int:
         print(json.dumps({"nodes": args.nodes, "seconds": results, "ratios": ratios}, indent=2))
         return 0
     print(f"nodes: {args.nodes}")
-    print(f"lab up:              {results['lab_up_s']:6.1f} s "
-          f"({results['lab_up_s'] / args.nodes:.2f} s/node, image cached)")
-    for key in ("install_first_s", "install_noop_s", "ansible_setup_s", "ansible_ping_s",
-                "certify_s"):
+    print(
+        f"lab up:              {results['lab_up_s']:6.1f} s "
+        f"({results['lab_up_s'] / args.nodes:.2f} s/node, image cached)"
+    )
+    for key in (
+        "install_first_s",
+        "install_noop_s",
+        "ansible_setup_s",
+        "ansible_ping_s",
+        "certify_s",
+        "evaluate_1000_s",
+        "read_1000_s",
+    ):
         print(f"{key[:-2].replace('_', ' '):<20} {results[key]:6.1f} s")
+    print(f"evaluate throughput   {results['evaluate_nodes_per_s']:6.0f} nodes/s")
     for label, ratio in ratios.items():
         print(f"{label:<30} {ratio:5.2f}x")
     return 0
