@@ -325,6 +325,25 @@ def cmd_certify(args) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+    if args.calibrate:
+        import yaml
+
+        from gpuboot.calibrate import calibrate
+
+        baseline = calibrate(report, min_nodes=args.calibrate_min_nodes)
+        Path(args.calibrate).write_text(
+            "# gpuboot certify --calibrate: medians of hardware-healthy nodes\n"
+            f"# ({', '.join(baseline['healthy_nodes']) or 'none'}); review, then use as\n"
+            "# group_vars for these nodes.\n"
+            + yaml.safe_dump({"gpuboot_thresholds": baseline["gpuboot_thresholds"]})
+        )
+        report["calibration"] = {**baseline, "file": args.calibrate}
+        text += (
+            f"\ncalibration: {len(baseline['gpuboot_thresholds'])} figure(s) from "
+            f"{len(baseline['healthy_nodes'])} node(s) -> {args.calibrate}"
+        )
+        for figure, why in baseline["skipped"].items():
+            text += f"\n  {figure} not calibrated: {why}"
     if args.kubeconfig:
         from gpuboot.inventory import load_inventory
         from gpuboot.k8s import apply_gate
@@ -452,6 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--verify", metavar="CERT", help="check a certificate's signature and expiry")
     cert.add_argument("--pubkey", help="public key for --verify")
     cert.add_argument("--gen-key", metavar="PATH", help="create a signing key pair and exit")
+    cert.add_argument(
+        "--calibrate",
+        metavar="FILE",
+        help="write a gpuboot_thresholds baseline from the healthy nodes",
+    )
+    cert.add_argument("--calibrate-min-nodes", type=int, default=3)
     cert.add_argument("--kubeconfig", help="apply the join gate: untaint PASS nodes, cordon others")
     cert.add_argument("--k8s-context", help="kubeconfig context")
     cert.add_argument("--k8s-dry-run", action="store_true", help="show the gate's changes only")
