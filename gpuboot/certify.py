@@ -19,7 +19,7 @@ import pytest
 
 from gpuboot import __version__, paths
 from gpuboot.checks import rules
-from gpuboot.errors import BadInput, ConfigError, RunError
+from gpuboot.errors import BadInput, RunError
 from gpuboot.inventory import load_inventory
 from gpuboot.profiles import load_profile
 
@@ -108,14 +108,7 @@ def certify(
             hint=f"use one of: {', '.join(LEVELS)}",
         )
 
-    inv = load_inventory(inventory)
-    for host, hostvars in inv.hosts.items():  # every profile must load before SSH starts
-        try:
-            load_profile(hostvars["gpuboot_profile"])
-        except ConfigError as exc:
-            raise ConfigError(
-                exc.message, where=f"{inv.path}: {host}.gpuboot_profile", hint=exc.hint
-            ) from exc
+    inv = load_inventory(inventory)  # profiles, pins and stacks checked before any SSH
     run_id, run_dir = new_run_dir("certify")
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
@@ -127,7 +120,6 @@ def certify(
         f"--ansible-inventory={inv.path.resolve()}",
         f"--gpuboot-bundle={bundle}",
         *([f"--gpuboot-probes={probes}"] if probes else []),
-        f"--junitxml={run_dir / 'junit.xml'}",
         "-p",
         "no:cacheprovider",
         f"--rootdir={CHECKS.parent}",
