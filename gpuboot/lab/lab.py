@@ -229,12 +229,12 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
         ).stdout.strip()
         lab.save()
     (ssh_dir / "known_hosts").write_text("\n".join(known_hosts) + "\n")
-    _write_inventory(lab, repo, repo_ip)
+    _write_inventory(lab, repo, repo_ip, hw_profile)
     progress("waiting for sshd on every node")
     _wait_for_ssh([n.ip for n in lab.nodes], timeout=90)
 
 
-def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
+def _write_inventory(lab: Lab, repo, repo_ip: str, hw_profile: dict) -> None:
     ssh_dir = lab.dir / "ssh"
     inventory = {
         "all": {
@@ -261,6 +261,13 @@ def _write_inventory(lab: Lab, repo, repo_ip: str) -> None:
                 # The lab's stand-in for a site-built nvbandwidth/nccl-tests package.
                 "gpuboot_probe_tools_enabled": True,
                 "gpuboot_probe_tools_packages": ["gpuboot-probes=0.6-1"],
+                # Written out (not only derived by `gpuboot install`) so molecule's plain
+                # ansible-playbook runs configure the same RoCE rails.
+                "gpuboot_roce_interfaces": [
+                    n["netdev"]
+                    for n in hw_profile["hardware"].get("nics", [])
+                    if n.get("link_layer") == "Ethernet"
+                ],
                 # The emulated kernel exposes its /proc and /sys views here.
                 "gpuboot_procfs": "/run/gpuemu/proc",
                 "gpuboot_sysfs": "/run/gpuemu/sys",

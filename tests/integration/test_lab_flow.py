@@ -15,7 +15,13 @@ from gpuboot.lab.podman import exists
 from .conftest import gpuboot, ssh
 
 pytestmark = pytest.mark.lab
-PINNED = ["nvidia-driver-550", "nvidia-dkms-550", "nvidia-utils-550", "nvidia-compute-utils-550"]
+PINNED = [
+    "nvidia-driver-550",
+    "nvidia-dkms-550",
+    "nvidia-utils-550",
+    "nvidia-compute-utils-550",
+    "gpuboot-probes",
+]
 
 
 def certify(lab, *extra):

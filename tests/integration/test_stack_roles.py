@@ -22,7 +22,8 @@ def pinned(stack: str) -> set[str]:
     """Every package the stack pins, the kernel aside (a lab node runs the host's kernel)."""
     s = load_stack(stack)
     kernel = {p.name for p in s.kernel_pins("debian").packages}
-    return {name for name, _ in mirror_packages(s, "debian") if name not in kernel}
+    site = {"gpuboot-probes"}  # the lab's site probe package, held by gpuboot_probe_tools
+    return {name for name, _ in mirror_packages(s, "debian") if name not in kernel} | site
 
 
 @pytest.fixture(scope="module")
