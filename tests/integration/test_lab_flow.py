@@ -229,6 +229,8 @@ def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
             check_rc=1,
         )
         doc = json.loads(proc.stdout)
+        verdicts = {n["host"]: (n["verdict"], failed_rules(n)) for n in doc["nodes"]}
+        assert verdicts["node1"][0] == "PASS" and verdicts["node2"][0] == "FAIL", verdicts
         assert "certificate:node1" in doc["reports"] and "certificate:node2" not in doc["reports"]
         ok = gpuboot(
             "certify",
