@@ -48,6 +48,7 @@ test-unit: $(STAMPS)/venv
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot tests bench
+	$(BIN)/ruff format --check gpuboot tests bench
 	$(BIN)/yamllint roles playbooks molecule
 	$(BIN)/ansible-lint --profile production --nocolor -q roles playbooks
 

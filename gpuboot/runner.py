@@ -160,8 +160,12 @@ def close_ssh_masters(control_dir: Path) -> None:
     if not control_dir.is_dir():
         return
     for sock in control_dir.iterdir():
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpuboot-run"],
-                       capture_output=True, timeout=10, check=False)
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpuboot-run"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
 
 
 def ansible_env(run_dir: Path) -> dict[str, str]:

@@ -164,8 +164,9 @@ def _version_items(raw: Any, where: str) -> list[dict[str, str]]:
     for i, item in enumerate(raw):
         entry = {"version": item} if isinstance(item, str) else item
         if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
-            raise ConfigError("a version is a string or a mapping with 'version'",
-                              where=f"{where}[{i}]")
+            raise ConfigError(
+                "a version is a string or a mapping with 'version'", where=f"{where}[{i}]"
+            )
         items.append({str(k): str(v) for k, v in entry.items()})
     return items
 
@@ -177,8 +178,9 @@ def _expand_entry(entry: Any, index: int) -> list[tuple[dict[str, Any], dict[str
         raise ConfigError("a package entry must be a mapping", where=where)
     unknown = set(entry) - _PACKAGE_KEYS
     if unknown:
-        raise ConfigError(f"unknown keys {sorted(unknown)}", where=where,
-                          hint=f"allowed: {sorted(_PACKAGE_KEYS)}")
+        raise ConfigError(
+            f"unknown keys {sorted(unknown)}", where=where, hint=f"allowed: {sorted(_PACKAGE_KEYS)}"
+        )
     for key in ("name", "summary"):
         if not isinstance(entry.get(key), str):
             raise ConfigError(f"'{key}' is required", where=where)
@@ -233,11 +235,13 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
         if not isinstance(mod, dict) or not isinstance(mod.get("name"), str):
             raise ConfigError("a module needs a 'name'", where=f"{where}.modules")
         if set(mod) - _MODULE_KEYS:
-            raise ConfigError(f"unknown module keys {sorted(set(mod) - _MODULE_KEYS)}",
-                              where=f"{where}.modules")
+            raise ConfigError(
+                f"unknown module keys {sorted(set(mod) - _MODULE_KEYS)}", where=f"{where}.modules"
+            )
         desc: dict[str, str] = {
-            "version": fill(str(mod.get("version", entry.get("module_version", "@upstream@"))),
-                            "modules"),
+            "version": fill(
+                str(mod.get("version", entry.get("module_version", "@upstream@"))), "modules"
+            ),
             "description": fill(str(mod.get("description", mod["name"])), "modules"),
         }
         deps = _str_list(mod.get("depends"), f"{where}.modules")
@@ -257,8 +261,9 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
         add_file(f"{MODULE_DIR}/{mod['name']}.ko", body)
 
     for comp, ver in _str_map(entry.get("userspace"), f"{where}.userspace").items():
-        add_file(f"{USERSPACE_DIR}/{fill(comp, 'userspace')}.version",
-                 fill(ver, "userspace") + "\n")
+        add_file(
+            f"{USERSPACE_DIR}/{fill(comp, 'userspace')}.version", fill(ver, "userspace") + "\n"
+        )
     for unit, text in _str_map(entry.get("units"), f"{where}.units").items():
         add_file(f"{UNIT_DIR}/{unit}", fill(text, "units"))
     raw_files = entry.get("files") or []
@@ -267,8 +272,11 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
     for f in raw_files:
         if not isinstance(f, dict) or not isinstance(f.get("path"), str):
             raise ConfigError("a file needs 'path' and 'content'", where=f"{where}.files")
-        add_file(fill(f["path"], "files"), fill(str(f.get("content", "")), "files"),
-                 int(str(f.get("mode", "0644")), 8))
+        add_file(
+            fill(f["path"], "files"),
+            fill(str(f.get("content", "")), "files"),
+            int(str(f.get("mode", "0644")), 8),
+        )
     for tool in _str_list(entry.get("tools"), f"{where}.tools"):
         links[fill(tool, "tools")] = GPUEMU
     for path, target in _str_map(entry.get("links"), f"{where}.links").items():
@@ -279,8 +287,9 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
 
     scripts = _str_map(entry.get("scripts"), f"{where}.scripts")
     if set(scripts) - set(SCRIPT_NAMES):
-        raise ConfigError(f"unknown scripts {sorted(set(scripts) - set(SCRIPT_NAMES))}",
-                          where=f"{where}.scripts")
+        raise ConfigError(
+            f"unknown scripts {sorted(set(scripts) - set(SCRIPT_NAMES))}", where=f"{where}.scripts"
+        )
     summary = fill(entry["summary"], "summary")
     description = fill(str(entry.get("description", "")), "description").strip()
     return PackageVersion(
@@ -309,8 +318,10 @@ def parse_catalogue(text: str, where: str = "packages.yaml") -> Catalogue:
         if not isinstance(data.get(key), str):
             raise ConfigError(f"'{key}' is required", where=where)
     if not data["script_prologue"].startswith("#!/bin/sh\nset -e\n"):
-        raise ConfigError("script_prologue must start with '#!/bin/sh' and 'set -e'",
-                          where=f"{where}.script_prologue")
+        raise ConfigError(
+            "script_prologue must start with '#!/bin/sh' and 'set -e'",
+            where=f"{where}.script_prologue",
+        )
     entries = data.get("packages")
     if not isinstance(entries, list) or not entries:
         raise ConfigError("'packages' must be a non-empty list", where=where)

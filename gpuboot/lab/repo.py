@@ -82,7 +82,11 @@ def _run(
     env = {**os.environ, "LC_ALL": "C", "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
     try:
         return subprocess.run(
-            [str(c) for c in cmd], cwd=cwd, input=stdin, env=env, check=True,
+            [str(c) for c in cmd],
+            cwd=cwd,
+            input=stdin,
+            env=env,
+            check=True,
             capture_output=True,
         )
     except FileNotFoundError as exc:
@@ -107,8 +111,16 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _gpg(gnupghome: Path, *args: str | Path) -> list[str | Path]:
     return [
-        "gpg", "--homedir", gnupghome, "--batch", "--no-tty", "--pinentry-mode", "loopback",
-        "--passphrase", "", *args,
+        "gpg",
+        "--homedir",
+        gnupghome,
+        "--batch",
+        "--no-tty",
+        "--pinentry-mode",
+        "loopback",
+        "--passphrase",
+        "",
+        *args,
     ]
 
 
@@ -146,8 +158,11 @@ def ensure_lab_key(gnupghome: Path) -> str:
         )
         fpr = _find_key(gnupghome)
     if not fpr:
-        raise RunError("lab signing key was created but cannot be found", where=str(gnupghome),
-                       hint="remove the GNUPGHOME directory and build again")
+        raise RunError(
+            "lab signing key was created but cannot be found",
+            where=str(gnupghome),
+            hint="remove the GNUPGHOME directory and build again",
+        )
     return fpr
 
 
@@ -261,12 +276,21 @@ def _sign(gnupghome: Path, fingerprint: str, release: Path) -> None:
     base = ["--local-user", fingerprint, "--digest-algo", "SHA512", "--yes"]
     _run(
         _gpg(gnupghome, *base, "--clearsign", "--output", release.with_name("InRelease"), release),
-        what="signing InRelease", hint=hint,
+        what="signing InRelease",
+        hint=hint,
     )
     _run(
-        _gpg(gnupghome, *base, "--armor", "--detach-sign", "--output",
-             release.with_name("Release.gpg"), release),
-        what="signing Release.gpg", hint=hint,
+        _gpg(
+            gnupghome,
+            *base,
+            "--armor",
+            "--detach-sign",
+            "--output",
+            release.with_name("Release.gpg"),
+            release,
+        ),
+        what="signing Release.gpg",
+        hint=hint,
     )
 
 
@@ -274,10 +298,14 @@ def _export_key(gnupghome: Path, fingerprint: str, out_dir: Path) -> tuple[Path,
     hint = f"check the lab key {fingerprint} in {gnupghome}"
     asc = out_dir / f"{KEYRING_NAME}.asc"
     gpg_path = out_dir / f"{KEYRING_NAME}.gpg"
-    armored = _run(_gpg(gnupghome, "--armor", "--export", fingerprint),
-                   what="exporting the public key", hint=hint).stdout
-    binary = _run(_gpg(gnupghome, "--export", fingerprint),
-                  what="exporting the public keyring", hint=hint).stdout
+    armored = _run(
+        _gpg(gnupghome, "--armor", "--export", fingerprint),
+        what="exporting the public key",
+        hint=hint,
+    ).stdout
+    binary = _run(
+        _gpg(gnupghome, "--export", fingerprint), what="exporting the public keyring", hint=hint
+    ).stdout
     if not binary:
         raise RunError("exported public key is empty", where=str(gnupghome), hint=hint)
     asc.write_bytes(armored)
@@ -287,9 +315,7 @@ def _export_key(gnupghome: Path, fingerprint: str, out_dir: Path) -> tuple[Path,
     return asc, gpg_path
 
 
-def build_repo(
-    out_dir: Path, gnupghome: Path, catalogue_path: Path = CATALOGUE_PATH
-) -> RepoInfo:
+def build_repo(out_dir: Path, gnupghome: Path, catalogue_path: Path = CATALOGUE_PATH) -> RepoInfo:
     """Build (or reuse, when nothing changed) the signed lab repository in ``out_dir``."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -333,7 +359,9 @@ def build_repo(
         binary.mkdir(parents=True)
         packages = _run(
             ["apt-ftparchive", "packages", pool.relative_to(out_dir)],
-            what="writing Packages", hint=_TOOLS_HINT, cwd=out_dir,
+            what="writing Packages",
+            hint=_TOOLS_HINT,
+            cwd=out_dir,
         ).stdout
         (binary / "Packages").write_bytes(packages)
         with (

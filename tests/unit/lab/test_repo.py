@@ -78,8 +78,9 @@ def _deb(repo: RepoInfo, catalogue: Catalogue, name: str, version: str) -> Path:
 
 
 def _data_tar(deb: Path) -> tarfile.TarFile:
-    raw = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True,
-                         capture_output=True).stdout
+    raw = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True
+    ).stdout
     return tarfile.open(fileobj=io.BytesIO(raw))
 
 
@@ -95,9 +96,16 @@ def _read(deb: Path, member: str) -> str:
 
 def test_catalogue_has_the_real_names_and_versions(catalogue: Catalogue) -> None:
     for branch, versions in DRIVERS.items():
-        for stem in ("nvidia-driver-{}", "nvidia-driver-{}-open", "nvidia-dkms-{}",
-                     "nvidia-dkms-{}-open", "nvidia-utils-{}", "nvidia-compute-utils-{}",
-                     "nvidia-fabricmanager-{}", "libnvidia-nscq-{}"):
+        for stem in (
+            "nvidia-driver-{}",
+            "nvidia-driver-{}-open",
+            "nvidia-dkms-{}",
+            "nvidia-dkms-{}-open",
+            "nvidia-utils-{}",
+            "nvidia-compute-utils-{}",
+            "nvidia-fabricmanager-{}",
+            "libnvidia-nscq-{}",
+        ):
             assert catalogue.versions_of(stem.format(branch)) == [f"{v}-1" for v in versions]
     assert catalogue.versions_of("cuda-toolkit-12-2") == ["12.2.2-1"]
     assert catalogue.versions_of("cuda-toolkit-12-4") == ["12.4.1-1"]
@@ -134,8 +142,12 @@ def test_packages_index_lists_every_version_with_its_relations(
     index = _index(repo)
     assert set(index) == {(p.name, p.version) for p in catalogue.packages}
     assert repo.packages == tuple((p.name, p.version) for p in catalogue.packages)
-    fields = {"depends": "Depends", "conflicts": "Conflicts", "provides": "Provides",
-              "replaces": "Replaces"}
+    fields = {
+        "depends": "Depends",
+        "conflicts": "Conflicts",
+        "provides": "Provides",
+        "replaces": "Replaces",
+    }
     for pkg in catalogue.packages:
         entry = index[(pkg.name, pkg.version)]
         for key, field in fields.items():
@@ -152,30 +164,32 @@ def test_driver_packages_are_pinned_to_each_other(repo: RepoInfo) -> None:
                 f"nvidia-dkms-{branch} (= {v}), nvidia-utils-{branch} (= {v}), "
                 f"nvidia-compute-utils-{branch} (= {v})"
             )
-            assert f"nvidia-dkms-{branch}-open (= {v})" in index[
-                (f"nvidia-driver-{branch}-open", v)]["Depends"]
-            assert f"nvidia-dkms-{branch}" in index[(f"nvidia-dkms-{branch}-open", v)][
-                "Conflicts"]
-            assert f"nvidia-dkms-{branch}-open" in index[(f"nvidia-dkms-{branch}", v)][
-                "Conflicts"]
+            assert (
+                f"nvidia-dkms-{branch}-open (= {v})"
+                in index[(f"nvidia-driver-{branch}-open", v)]["Depends"]
+            )
+            assert f"nvidia-dkms-{branch}" in index[(f"nvidia-dkms-{branch}-open", v)]["Conflicts"]
+            assert f"nvidia-dkms-{branch}-open" in index[(f"nvidia-dkms-{branch}", v)]["Conflicts"]
 
 
 def test_inrelease_and_release_gpg_verify(repo: RepoInfo) -> None:
     dists = repo.out_dir / "dists" / repo.suite
     keyring = str(repo.public_keyring_path)
-    subprocess.run(["gpgv", "--keyring", keyring, str(dists / "InRelease")],
-                   check=True, capture_output=True)
-    subprocess.run(["gpgv", "--keyring", keyring, str(dists / "Release.gpg"),
-                    str(dists / "Release")], check=True, capture_output=True)
+    subprocess.run(
+        ["gpgv", "--keyring", keyring, str(dists / "InRelease")], check=True, capture_output=True
+    )
+    subprocess.run(
+        ["gpgv", "--keyring", keyring, str(dists / "Release.gpg"), str(dists / "Release")],
+        check=True,
+        capture_output=True,
+    )
     release = (dists / "Release").read_text()
     assert f"Suite: {repo.suite}" in release and "main/binary-amd64/Packages.gz" in release
     assert repo.public_key_path.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
 
 
 @pytest.mark.parametrize("target", ["InRelease", "Release"])
-def test_one_changed_byte_breaks_the_signature(
-    repo: RepoInfo, tmp_path: Path, target: str
-) -> None:
+def test_one_changed_byte_breaks_the_signature(repo: RepoInfo, tmp_path: Path, target: str) -> None:
     dists = repo.out_dir / "dists" / repo.suite
     data = bytearray((dists / target).read_bytes())
     pos = data.index(b"main/binary-amd64/Packages") + 1  # a byte of the signed text
@@ -210,8 +224,9 @@ def test_dkms_package_ships_module_descriptors(repo: RepoInfo, catalogue: Catalo
 def test_dpkg_deb_listing_of_userspace_packages(repo: RepoInfo, catalogue: Catalogue) -> None:
     def listing(name: str, version: str) -> str:
         deb = _deb(repo, catalogue, name, version)
-        return subprocess.run(["dpkg-deb", "-c", str(deb)], check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            ["dpkg-deb", "-c", str(deb)], check=True, capture_output=True, text=True
+        ).stdout
 
     utils = listing("nvidia-utils-570", "570.133.20-1")
     assert "./usr/bin/nvidia-smi -> /opt/gpuemu/gpuemu" in utils
@@ -228,8 +243,13 @@ def test_dpkg_deb_listing_of_userspace_packages(repo: RepoInfo, catalogue: Catal
     assert "./lib/systemd/system/nvidia-fabricmanager.service" in fm
 
     ofed = listing("doca-ofed", "3.0.0-058000")
-    for tool in ("usr/sbin/ibstat", "usr/sbin/ibstatus", "usr/bin/ibv_devinfo",
-                 "usr/bin/mlnx_qos", "usr/bin/ib_write_bw"):
+    for tool in (
+        "usr/sbin/ibstat",
+        "usr/sbin/ibstatus",
+        "usr/bin/ibv_devinfo",
+        "usr/bin/mlnx_qos",
+        "usr/bin/ib_write_bw",
+    ):
         assert f"./{tool} -> /opt/gpuemu/gpuemu" in ofed
     for mod in ("ib_core", "mlx5_core", "mlx5_ib", "ib_uverbs", "rdma_cm"):
         assert f"./lib/modules/gpuemu/{mod}.ko" in ofed
@@ -239,7 +259,8 @@ def test_dpkg_deb_listing_of_userspace_packages(repo: RepoInfo, catalogue: Catal
     assert "./usr/bin/dcgmi -> /opt/gpuemu/gpuemu" in dcgm
     assert "./lib/systemd/system/nvidia-dcgm.service" in dcgm
     assert "./usr/bin/nvidia-ctk -> /opt/gpuemu/gpuemu" in listing(
-        "nvidia-container-toolkit-base", "1.17.8-1")
+        "nvidia-container-toolkit-base", "1.17.8-1"
+    )
     assert "./lib/modules/gpuemu/nvidia_fs.ko" in listing("nvidia-fs-dkms", "2.22.3-1")
 
 
@@ -273,8 +294,9 @@ def test_maintainer_scripts_are_posix_sh(repo: RepoInfo, catalogue: Catalogue) -
     checked = 0
     for pkg in catalogue.packages:
         deb = _deb(repo, catalogue, pkg.name, pkg.version)
-        raw = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], check=True,
-                             capture_output=True).stdout
+        raw = subprocess.run(
+            ["dpkg-deb", "--ctrl-tarfile", str(deb)], check=True, capture_output=True
+        ).stdout
         with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
             members = [(m, tar.extractfile(m)) for m in tar.getmembers()]
         for member, fh in members:
@@ -346,21 +368,34 @@ def test_real_dpkg_runs_the_scripts_in_a_bare_chroot(
     if shutil.which("unshare") is None:
         pytest.skip("unshare not available")
     sets = {
-        "v1": [("nvidia-dkms-550", "550.54.15-1"), ("nvidia-utils-550", "550.54.15-1"),
-               ("nvidia-compute-utils-550", "550.54.15-1"),
-               ("nvidia-fabricmanager-550", "550.54.15-1"), ("doca-ofed", "2.9.1-018000"),
-               ("cuda-toolkit-12-4", "12.4.1-1"), ("datacenter-gpu-manager", "1:3.3.9"),
-               ("nvidia-fs-dkms", "2.20.5-1")],
-        "v2": [("nvidia-dkms-550", "550.127.08-1"), ("nvidia-utils-550", "550.127.08-1"),
-               ("nvidia-compute-utils-550", "550.127.08-1"),
-               ("nvidia-fabricmanager-550", "550.127.08-1"), ("doca-ofed", "3.0.0-058000")],
+        "v1": [
+            ("nvidia-dkms-550", "550.54.15-1"),
+            ("nvidia-utils-550", "550.54.15-1"),
+            ("nvidia-compute-utils-550", "550.54.15-1"),
+            ("nvidia-fabricmanager-550", "550.54.15-1"),
+            ("doca-ofed", "2.9.1-018000"),
+            ("cuda-toolkit-12-4", "12.4.1-1"),
+            ("datacenter-gpu-manager", "1:3.3.9"),
+            ("nvidia-fs-dkms", "2.20.5-1"),
+        ],
+        "v2": [
+            ("nvidia-dkms-550", "550.127.08-1"),
+            ("nvidia-utils-550", "550.127.08-1"),
+            ("nvidia-compute-utils-550", "550.127.08-1"),
+            ("nvidia-fabricmanager-550", "550.127.08-1"),
+            ("doca-ofed", "3.0.0-058000"),
+        ],
     }
     for key, pkgs in sets.items():
         (tmp_path / key).mkdir()
         for name, version in pkgs:
             shutil.copy(_deb(repo, catalogue, name, version), tmp_path / key)
-    res = subprocess.run(["unshare", "--mount", "--fork", "sh", "-c", _CHROOT_SCRIPT, "sh",
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        ["unshare", "--mount", "--fork", "sh", "-c", _CHROOT_SCRIPT, "sh", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if res.returncode == 77 or "unshare failed" in res.stderr:
         pytest.skip(f"no private overlay mount here: {res.stderr.strip()[-200:]}")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -375,18 +410,29 @@ def test_real_dpkg_runs_the_scripts_in_a_bare_chroot(
 
 def _apt(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     opts = [
-        "-o", f"Dir={root}",
-        "-o", f"Dir::State::status={root}/var/lib/dpkg/status",
-        "-o", "Dir::Etc::sourceparts=-",
-        "-o", "Debug::NoLocking=1",
-        "-o", "APT::Sandbox::User=root",
+        "-o",
+        f"Dir={root}",
+        "-o",
+        f"Dir::State::status={root}/var/lib/dpkg/status",
+        "-o",
+        "Dir::Etc::sourceparts=-",
+        "-o",
+        "Debug::NoLocking=1",
+        "-o",
+        "APT::Sandbox::User=root",
     ]
     return subprocess.run([args[0], *opts, *args[1:]], capture_output=True, text=True)
 
 
 def _apt_root(root: Path, repo: RepoInfo, keyring: Path) -> Path:
-    for d in ("etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/trusted.gpg.d",
-              "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg"):
+    for d in (
+        "etc/apt/apt.conf.d",
+        "etc/apt/preferences.d",
+        "etc/apt/trusted.gpg.d",
+        "var/lib/apt/lists/partial",
+        "var/cache/apt/archives/partial",
+        "var/lib/dpkg",
+    ):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "var/lib/dpkg/status").touch()
     line = repo.sources_line(f"file:{repo.out_dir}", keyring)
@@ -430,16 +476,15 @@ def test_apt_accepts_the_signed_repository(repo: RepoInfo, tmp_path: Path, kind:
     assert clash.returncode != 0
 
 
-def test_apt_rejects_a_repository_signed_by_another_key(
-    repo: RepoInfo, tmp_path: Path
-) -> None:
+def test_apt_rejects_a_repository_signed_by_another_key(repo: RepoInfo, tmp_path: Path) -> None:
     other_home = tmp_path / "gnupg"
     try:
         other = ensure_lab_key(other_home)
         assert other != repo.fingerprint
         exported = subprocess.run(
             ["gpg", "--homedir", str(other_home), "--batch", "--export", other],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         ).stdout
     finally:
         _kill_agent(other_home)
@@ -470,8 +515,7 @@ def test_second_build_is_a_cache_hit(repo: RepoInfo, gnupghome: Path) -> None:
 def test_changed_catalogue_rebuilds(tmp_path: Path, gnupghome: Path) -> None:
     text = CATALOGUE_PATH.read_text()
     small = text.split("\npackages:\n", 1)[0] + (
-        "\npackages:\n"
-        "  - {name: nvidia-fs, summary: meta, versions: ['2.20.5-1']}\n"
+        "\npackages:\n  - {name: nvidia-fs, summary: meta, versions: ['2.20.5-1']}\n"
     )
     cat = tmp_path / "packages.yaml"
     cat.write_text(small)

@@ -8,8 +8,9 @@ from gpuboot.report import certificate
 
 
 def gpuboot(*args):
-    return subprocess.run([sys.executable, "-m", "gpuboot.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_gen_key_issue_verify_and_one_changed_byte(tmp_path, report, bundle):
