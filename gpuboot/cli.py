@@ -138,15 +138,31 @@ def cmd_install(args) -> Outcome:
         forks=args.forks,
         check=args.check,
         diff=args.diff,
+        serial=args.serial,
+        max_fail=args.max_fail,
+        resume=args.resume,
+        allow_reboot=args.allow_reboot,
         on_update=live.update if live else None,
     )
+    rollout = result.rollout
+    if not result.hosts:
+        text = f"nothing to resume: every host of run {result.resumed_from} converged"
+        return Outcome(EXIT_OK, result.to_dict(), text)
     rows = [
         (h, r.status, r.ok, r.changed, r.failed, r.failed_task or "", r.reason or "")
-        for h, r in sorted(result.hosts.items())
+        for h, r in result.hosts.items()
     ]
     text = table(("host", "status", "ok", "changed", "failed", "failed task", "reason"), rows)
-    text += f"\n{len(result.hosts)} host(s) in {result.elapsed_s:.1f}s; run dir {result.run_dir}"
-    code = EXIT_NODE_FAILED if result.failed_hosts else EXIT_OK
+    batches = -(-len(rollout.hosts) // rollout.batch_size)
+    text += (
+        f"\n{len(result.hosts)} host(s) in {batches} batch(es), {result.elapsed_s:.1f}s;"
+        f" run dir {result.run_dir}"
+    )
+    if rollout.stopped:
+        text += f"\nrollout stopped: {rollout.stopped}"
+    if rollout.failed or rollout.pending:
+        text += f"\nonce fixed: gpuboot install -i {args.inventory} --resume {result.run_id}"
+    code = EXIT_NODE_FAILED if rollout.failed or rollout.pending else EXIT_OK
     return Outcome(code, result.to_dict(), text)
 
 
@@ -452,6 +468,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="report what would change; change nothing"
     )
     inst.add_argument("--diff", action="store_true", help="show file and package differences")
+    inst.add_argument(
+        "--serial", metavar="N|N%", help="roll out in batches of N hosts (or N%% of them)"
+    )
+    inst.add_argument(
+        "--max-fail",
+        metavar="N|N%",
+        help="stop the rollout once more than N hosts (or N%%) have failed (default: no limit)",
+    )
+    inst.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="RUN_ID",
+        help="redo only the failed and never-started hosts of an earlier install run"
+        " (default: the latest one of this inventory)",
+    )
+    inst.add_argument(
+        "--allow-reboot",
+        action="store_true",
+        help="reboot nodes whose new stack needs it (once each, never the controller)",
+    )
     inst.set_defaults(func=cmd_install)
 
     cert = verbs.add_parser(

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from gpuboot import paths
-from gpuboot.inventory import Inventory, load_inventory
-from gpuboot.runner import HostResult, PlayResult, RunSpec, new_run_dir, run
+from gpuboot.errors import BadInput
+from gpuboot.inventory import Inventory, load_inventory, match_hosts
+from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
+from gpuboot.runner import HostResult, RunSpec, new_run_dir, run
 
 PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
 
@@ -33,6 +38,32 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     return overlay
 
 
+@dataclass
+class InstallResult:
+    """Every batch's hosts folded into one result, plus the rollout's own record."""
+
+    run_id: str
+    run_dir: Path
+    elapsed_s: float
+    hosts: dict[str, HostResult]
+    rollout: RolloutState
+    resumed_from: str | None = None
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return [h for h, r in self.hosts.items() if r.status in ("failed", "unreachable")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "elapsed_s": round(self.elapsed_s, 2),
+            "hosts": {h: {**asdict(r), "status": r.status} for h, r in self.hosts.items()},
+            "rollout": self.rollout.to_dict(),
+            "resumed_from": self.resumed_from,
+        }
+
+
 def install(
     inventory: str,
     *,
@@ -41,19 +72,81 @@ def install(
     forks: int = 10,
     check: bool = False,
     diff: bool = False,
+    serial: str | None = None,
+    max_fail: str | None = None,
+    resume: str | None = None,
+    allow_reboot: bool = False,
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
-) -> PlayResult:
+) -> InstallResult:
+    """Converge the inventory batch by batch; stop once more hosts failed than the budget.
+
+    Bad input (inventory, stack, --serial/--max-fail, the run to resume) is refused before
+    any host is contacted. Without --serial the whole selection is one batch.
+    """
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
+    hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
+    if not hosts:
+        raise BadInput(
+            f"--limit {limit!r} matches no host of the inventory",
+            where=str(inv.path),
+            hint="use a host or group name the inventory defines",
+        )
+    resumed_from = None
+    if resume:
+        resumed_from, redo = resume_hosts(inv.path, resume)
+        hosts = [h for h in hosts if h in redo]
+    size = batch_size(serial, max(len(hosts), 1))
+    state = RolloutState(
+        inventory=str(inv.path.resolve()),
+        hosts=hosts,
+        batch_size=size,
+        budget=failure_budget(max_fail, len(hosts)),
+        check=check,
+    )
+    started = time.monotonic()
     run_id, run_dir = new_run_dir("install")
     overlay = stack_overlay(inv, run_dir)
-    spec = RunSpec(
-        playbook=PLAYBOOK,
-        inventory=(inv.path, overlay) if overlay else (inv.path,),
-        label="install",
-        limit=limit,
-        tags=tags,
-        forks=forks,
-        check=check,
-        diff=diff,
+    results: dict[str, HostResult] = {h: HostResult(host=h, pending=True) for h in hosts}
+    state.save(run_dir)
+    for number, batch in enumerate(batches(hosts, size), start=1):
+        if state.budget_spent:
+            state.stopped = (
+                f"{len(state.failed)} host(s) failed, more than --max-fail allows "
+                f"({state.budget}); {len(state.pending)} host(s) not started"
+            )
+            break
+        spec = RunSpec(
+            playbook=PLAYBOOK,
+            inventory=(inv.path, overlay) if overlay else (inv.path,),
+            label="install",
+            limit=",".join(batch),
+            tags=tags,
+            forks=forks,
+            check=check,
+            diff=diff,
+            extravars={"gpuboot_allow_reboot": allow_reboot},
+        )
+        sub = run_dir if size >= len(hosts) else run_dir / f"batch-{number:02d}"
+        sub.mkdir(exist_ok=True)
+
+        def show(batch_hosts: dict[str, HostResult]) -> None:
+            if on_update is not None:
+                on_update({**results, **batch_hosts})
+
+        played = run(spec, show, into=(run_id, sub))
+        for host in batch:
+            result = played.hosts.get(host) or HostResult(
+                host=host, failed=1, reason="the play never reached this host"
+            )
+            results[host] = result
+            broken = result.status in ("failed", "unreachable")
+            (state.failed if broken else state.converged).append(host)
+        state.save(run_dir)
+    return InstallResult(
+        run_id=run_id,
+        run_dir=run_dir,
+        elapsed_s=time.monotonic() - started,
+        hosts=results,
+        rollout=state,
+        resumed_from=resumed_from,
     )
-    return run(spec, on_update, into=(run_id, run_dir))

@@ -110,6 +110,16 @@ def _ansible_hosts(path: Path) -> dict[str, dict[str, Any]]:
     return hosts
 
 
+def match_hosts(path: Path, pattern: str) -> list[str]:
+    """The hosts an Ansible ``--limit`` pattern selects, in inventory order."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    manager.subset(pattern)
+    return [h.name for h in manager.get_hosts()]
+
+
 def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str, Any]:
     """Role variables that follow from the SKU's hardware, unless the inventory sets them."""
     nics = profile.get("hardware", {}).get("nics", [])

@@ -46,9 +46,12 @@ class HostResult:
     reason: str | None = None
     failed_task: str | None = None
     changes: list[str] = field(default_factory=list)
+    pending: bool = False  # in a rollout that stopped before reaching it
 
     @property
     def status(self) -> str:
+        if self.pending:
+            return "pending"
         if self.unreachable:
             return "unreachable"
         if self.failed:

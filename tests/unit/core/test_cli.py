@@ -1,6 +1,7 @@
 """The CLI's contract: exit codes, one clear error line, JSON on stdout, lazy imports."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -122,3 +123,27 @@ def test_help_does_not_import_the_heavy_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--serial", "0"], "--serial '0' is not a host count"),
+        (["--max-fail", "lots"], "--max-fail 'lots' is not a host count"),
+        (["--limit", "nosuchhost"], "matches no host"),
+        (["--resume"], "no earlier install run"),
+    ],
+)
+def test_bad_rollout_options_are_refused_before_any_host(tmp_path, listener, args, expect):
+    port = listener.getsockname()[1]
+    path = inventory(
+        tmp_path,
+        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu, "
+        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
+        "  hosts:\n    " + GOOD_HOST % port + "\n",
+    )
+    env = {**os.environ, "GPUBOOT_RUNS": str(tmp_path / "runs")}
+    proc = gpuboot("install", "-i", path, *args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert expect in proc.stderr and "Traceback" not in proc.stderr
+    assert_untouched(listener)

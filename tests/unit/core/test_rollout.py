@@ -1,0 +1,87 @@
+"""Rollout arithmetic and the record --resume reads (no hosts involved)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuboot import rollout
+from gpuboot.errors import BadInput
+
+
+@pytest.mark.parametrize(
+    ("serial", "total", "size"),
+    [(None, 7, 7), ("1", 7, 1), ("3", 7, 3), ("10%", 7, 1), ("50%", 7, 4), ("100%", 7, 7)],
+)
+def test_batch_size_counts_and_rounds_percentages_up(serial, total, size):
+    assert rollout.batch_size(serial, total) == size
+
+
+@pytest.mark.parametrize(("max_fail", "budget"), [(None, None), ("0", 0), ("2", 2), ("25%", 3)])
+def test_failure_budget(max_fail, budget):
+    assert rollout.failure_budget(max_fail, 10) == budget
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "150%", "%", "1.5"])
+def test_bad_serial_is_refused_with_the_option_named(bad):
+    with pytest.raises(BadInput) as exc:
+        rollout.batch_size(bad, 10)
+    assert "--serial" in str(exc.value) and exc.value.hint
+
+
+def test_batches_keep_inventory_order():
+    assert rollout.batches(["a", "b", "c", "d", "e"], 2) == [["a", "b"], ["c", "d"], ["e"]]
+
+
+def test_budget_is_spent_only_past_the_limit():
+    state = rollout.RolloutState(inventory="i", hosts=["a", "b", "c"], batch_size=1, budget=1)
+    state.failed.append("a")
+    assert not state.budget_spent
+    state.failed.append("b")
+    assert state.budget_spent and state.pending == ["c"]
+    assert not rollout.RolloutState("i", ["a"], 1, None, failed=["a"]).budget_spent
+
+
+def _record(runs, run_id, inventory, *, failed=(), converged=(), hosts=(), check=False):
+    (runs / run_id).mkdir(parents=True)
+    state = rollout.RolloutState(
+        inventory=str(inventory.resolve()),
+        hosts=list(hosts),
+        batch_size=1,
+        budget=0,
+        check=check,
+        converged=list(converged),
+        failed=list(failed),
+    )
+    state.save(runs / run_id)
+
+
+def test_resume_latest_redoes_failed_and_never_started_hosts(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv, other = tmp_path / "inv.yml", tmp_path / "other.yml"
+    _record(runs, "20260101T000000-install-aaaaaa", inv, hosts=["n1"], failed=["n1"])
+    _record(runs, "20260102T000000-install-bbbbbb", inv, hosts=["n1", "n2", "n3"],
+            converged=["n1"], failed=["n2"])  # fmt: skip
+    _record(runs, "20260103T000000-install-cccccc", inv, hosts=["n1"], check=True)
+    _record(runs, "20260104T000000-install-dddddd", other, hosts=["x"], failed=["x"])
+    run_id, redo = rollout.resume_hosts(inv, "latest")
+    assert run_id == "20260102T000000-install-bbbbbb"  # newest real run of this inventory
+    assert redo == ["n2", "n3"]
+    assert rollout.resume_hosts(inv, "20260101T000000-install-aaaaaa")[1] == ["n1"]
+
+
+def test_resume_refuses_unknown_runs_and_other_inventories(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv = tmp_path / "inv.yml"
+    with pytest.raises(BadInput, match="no earlier install run"):
+        rollout.resume_hosts(inv, "latest")
+    _record(runs, "20260104T000000-install-dddddd", tmp_path / "other.yml", hosts=["x"])
+    with pytest.raises(BadInput, match="not an install run"):
+        rollout.resume_hosts(inv, "20990101T000000-install-000000")
+    with pytest.raises(BadInput, match=r"installed .*other\.yml"):
+        rollout.resume_hosts(inv, "20260104T000000-install-dddddd")
+    saved = json.loads((runs / "20260104T000000-install-dddddd" / "rollout.json").read_text())
+    assert saved["pending"] == ["x"]
