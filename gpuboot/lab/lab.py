@@ -29,6 +29,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 MAX_NODES = 64
 REPO_PORT = 80
 LAB_DRIVER = ("550", "550.54.15-1")  # branch and exact package version a new lab pins
+# What changes with every boot of a lab node: its PID 1's start time in clock ticks (the
+# fields after the command name, which may hold spaces: starttime is the 20th of them).
+LAB_BOOT_TIME_COMMAND = "sed 's/.*) //' /proc/1/stat | cut -d ' ' -f 20"
 Progress = Callable[[str], None]
 
 
@@ -213,6 +216,10 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
             "--ip",
             node.ip,
             "--systemd=always",
+            # A reboot inside the node (systemd as PID 1 gets `shutdown -r`) ends the
+            # container with exit code 0; podman starts it again, as the firmware would.
+            # `podman stop`/`rm -f` (lab down) mark it stopped by the user: no restart.
+            "--restart=always",
             "--label",
             f"gpuboot.lab={lab.name}",
             "-v",
@@ -271,6 +278,9 @@ def _write_inventory(lab: Lab, repo, repo_ip: str, hw_profile: dict) -> None:
                 # The emulated kernel exposes its /proc and /sys views here.
                 "gpuboot_procfs": "/run/gpuemu/proc",
                 "gpuboot_sysfs": "/run/gpuemu/sys",
+                # A container sees the host's boot_id, which never changes: a reboot of
+                # the node shows as a new start time of its PID 1 (/proc/1/stat field 22).
+                "gpuboot_reboot_boot_time_command": LAB_BOOT_TIME_COMMAND,
                 "gpuboot_apt_repo_url": f"http://{repo_ip}/",
                 "gpuboot_apt_repo_suite": repo.suite,
                 "gpuboot_apt_repo_components": repo.component,
