@@ -44,7 +44,8 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
     status = parse_nvlink_status(_read(evidence, NVLINK_S))
     want = expected_links(ctx)
     speed = float(ctx.hardware["nvlink"]["link_speed_gbps"])
-    problems, mig = [], []
+    problems = [f"GPU {bus} lost: its NVLinks cannot be read" for bus in status.lost]
+    mig = []
     for g in status.gpus:
         if g.mig_mode_unsupported:
             mig.append(g.index)  # NVLink is not used by MIG instances and cannot be queried
@@ -78,7 +79,7 @@ def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | 
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
     errors = parse_nvlink_errors(_read(evidence, NVLINK_E))
-    bad = []
+    bad = [f"GPU {bus} lost: its error counters cannot be read" for bus in errors.lost]
     for g in errors.gpus:
         for link, counters in sorted(g.counters.items()):
             nonzero = {k: v for k, v in counters.items() if v}

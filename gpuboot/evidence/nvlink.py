@@ -21,6 +21,11 @@ _GPU = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:\s*([^)]*)\))?\s*$")
 _LINK = re.compile(r"^Link\s+(\d+):\s*(.*?)\s*$")
 _SPEED = re.compile(r"^([\d.]+)\s*GB/s$")
 _COUNTER = re.compile(r"^Link\s+(\d+):\s*(.+?):\s*(\S+)\s*$")
+# A GPU that fell off the bus: nvidia-smi names it by PCI address in place of its block.
+_LOST = re.compile(
+    r"^Unable to determine the device handle for GPU\s*"
+    r"([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])"
+)
 _ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
 
 
@@ -55,6 +60,7 @@ class NvlinkGpu:
 class NvlinkStatus:
     gpus: tuple[NvlinkGpu, ...]
     elided: bool = False
+    lost: tuple[str, ...] = ()  # PCI addresses of GPUs nvidia-smi could not open
 
     def gpu(self, index: int) -> NvlinkGpu:
         for g in self.gpus:
@@ -80,17 +86,22 @@ class NvlinkErrorGpu:
 class NvlinkErrors:
     gpus: tuple[NvlinkErrorGpu, ...]
     elided: bool = False  # the capture skipped links ("[...]"): absent links are unknown, not 0
+    lost: tuple[str, ...] = ()  # PCI addresses of GPUs nvidia-smi could not open
 
 
-def _split_gpus(tool: str, text: str) -> tuple[list[tuple[re.Match[str], list[str]]], bool]:
+def _split_gpus(
+    tool: str, text: str
+) -> tuple[list[tuple[re.Match[str], list[str]]], bool, tuple[str, ...]]:
     blocks: list[tuple[re.Match[str], list[str]]] = []
-    elided = False
+    elided, lost = False, []
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
         m = _GPU.match(line)
-        if m:
+        if lost_gpu := _LOST.match(line):
+            lost.append(lost_gpu.group(1))
+        elif m:
             blocks.append((m, []))
         elif _ELISION.match(line):
             elided = True
@@ -98,14 +109,14 @@ def _split_gpus(tool: str, text: str) -> tuple[list[tuple[re.Match[str], list[st
             blocks[-1][1].append(line)
         else:
             raise ParseError(tool, f"unexpected line before any GPU header: {line[:80]!r}")
-    if not blocks:
+    if not blocks and not lost:
         raise ParseError(tool, "no 'GPU N: ...' header found", hint="is this nvlink output?")
-    return blocks, elided
+    return blocks, elided, tuple(lost)
 
 
 def parse_nvlink_status(text: str) -> NvlinkStatus:
     require_text(TOOL_S, text)
-    blocks, elided = _split_gpus(TOOL_S, text)
+    blocks, elided, lost = _split_gpus(TOOL_S, text)
     gpus = []
     for m, lines in blocks:
         links, messages = [], []
@@ -134,12 +145,12 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
                 messages=tuple(messages),
             )
         )
-    return NvlinkStatus(gpus=tuple(gpus), elided=elided)
+    return NvlinkStatus(gpus=tuple(gpus), elided=elided, lost=lost)
 
 
 def parse_nvlink_errors(text: str) -> NvlinkErrors:
     require_text(TOOL_E, text)
-    blocks, elided = _split_gpus(TOOL_E, text)
+    blocks, elided, lost = _split_gpus(TOOL_E, text)
     gpus = []
     for m, lines in blocks:
         counters: dict[int, dict[str, int | None]] = {}
@@ -156,4 +167,4 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
         gpus.append(
             NvlinkErrorGpu(int(m.group(1)), m.group(2), m.group(3), counters, tuple(messages))
         )
-    return NvlinkErrors(gpus=tuple(gpus), elided=elided)
+    return NvlinkErrors(gpus=tuple(gpus), elided=elided, lost=lost)

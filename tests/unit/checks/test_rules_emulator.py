@@ -50,7 +50,7 @@ def test_healthy_node_passes_every_rule_with_quick_probes(node, tmp_path):
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
-        ("xid 79 2", {"XID-001": "FAIL", "GPU-001": "FAIL"}),
+        ("xid 79 2", {"XID-001": "FAIL", "GPU-001": "FAIL", "NVL-001": "FAIL", "NVL-002": "WARN"}),
         ("xid 13", {}),  # application fault: not hardware
         ("nvlink-down 1 3", {"XID-001": "FAIL", "NVL-001": "FAIL", "NVL-002": "WARN"}),
         ("pcie-downtrain 2 3 8", {"PCI-001": "FAIL"}),

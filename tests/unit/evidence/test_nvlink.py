@@ -83,3 +83,22 @@ def test_garbage_raises(text):
 def test_unreadable_link_state_raises():
     with pytest.raises(ParseError):
         parse_nvlink_status("GPU 0: X (UUID: GPU-1)\n Link 0: banana\n")
+
+
+# nvidia-smi prints this line in place of the block of a GPU it cannot open (fallen off the
+# bus, Xid 79); the emulator's lost GPU prints it the same way.
+LOST = "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error"
+
+
+def test_lost_gpu_line_is_recorded_not_given_to_its_neighbour():
+    text = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-a)\n"
+        "\t Link 0: 26.562 GB/s\n"
+        f"{LOST}\n"
+        "GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-c)\n"
+        "\t Link 0: 26.562 GB/s\n"
+    )
+    status = parse_nvlink_status(text)
+    assert status.lost == ("0000:2A:00.0",)
+    assert [g.index for g in status.gpus] == [0, 2] and status.gpus[0].messages == ()
+    assert parse_nvlink_errors(f"{LOST}\n").lost == ("0000:2A:00.0",)
