@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from gpuboot import paths
 from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory, load_inventory, match_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
-from gpuboot.runner import HostResult, RunSpec, new_run_dir, run
+from gpuboot.runner import HostResult, RunSpec, broken_hosts, hosts_doc, new_run_dir, run
 
 PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
 
@@ -49,16 +49,12 @@ class InstallResult:
     rollout: RolloutState
     resumed_from: str | None = None
 
-    @property
-    def failed_hosts(self) -> list[str]:
-        return [h for h, r in self.hosts.items() if r.status in ("failed", "unreachable")]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "run_dir": str(self.run_dir),
             "elapsed_s": round(self.elapsed_s, 2),
-            "hosts": {h: {**asdict(r), "status": r.status} for h, r in self.hosts.items()},
+            "hosts": hosts_doc(self.hosts),
             "rollout": self.rollout.to_dict(),
             "resumed_from": self.resumed_from,
         }
@@ -139,8 +135,7 @@ def install(
                 host=host, failed=1, reason="the play never reached this host"
             )
             results[host] = result
-            broken = result.status in ("failed", "unreachable")
-            (state.failed if broken else state.converged).append(host)
+            (state.failed if broken_hosts({host: result}) else state.converged).append(host)
         state.save(run_dir)
     return InstallResult(
         run_id=run_id,

@@ -59,6 +59,14 @@ class HostResult:
         return "changed" if self.changed else "ok"
 
 
+def broken_hosts(hosts: dict[str, HostResult]) -> list[str]:
+    return [h for h, r in hosts.items() if r.status in ("failed", "unreachable")]
+
+
+def hosts_doc(hosts: dict[str, HostResult]) -> dict[str, dict[str, Any]]:
+    return {h: {**asdict(r), "status": r.status} for h, r in hosts.items()}
+
+
 @dataclass
 class PlayResult:
     run_id: str
@@ -68,10 +76,6 @@ class PlayResult:
     elapsed_s: float
     hosts: dict[str, HostResult]
 
-    @property
-    def failed_hosts(self) -> list[str]:
-        return [h for h, r in self.hosts.items() if r.status in ("failed", "unreachable")]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -79,7 +83,7 @@ class PlayResult:
             "rc": self.rc,
             "status": self.status,
             "elapsed_s": round(self.elapsed_s, 2),
-            "hosts": {h: {**asdict(r), "status": r.status} for h, r in self.hosts.items()},
+            "hosts": hosts_doc(self.hosts),
         }
 
 

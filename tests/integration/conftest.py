@@ -39,3 +39,15 @@ def ssh(lab: labmod.Lab, node: str, command: str, known_hosts: str | None = None
         text=True,
         timeout=120,
     )
+
+
+def ssh_ok(lab: labmod.Lab, command: str, node: str = "node1") -> str:
+    """stdout of a command that must succeed on a lab node."""
+    proc = ssh(lab, node, command)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def reboot_markers(lab: labmod.Lab, node: str = "node1") -> list[str]:
+    """The reboot requests gpuboot's roles recorded on a node."""
+    return ssh_ok(lab, "ls /run/reboot-required.gpuboot-* 2>/dev/null || true", node).split()

@@ -17,7 +17,7 @@ from gpuboot.lab import lab as labmod
 from gpuboot.lab.podman import podman
 from gpuboot.runner import PlayResult, RunSpec, run
 
-from .conftest import gpuboot, ssh
+from .conftest import gpuboot, reboot_markers, ssh_ok
 
 pytestmark = pytest.mark.lab
 OLD, NEW = labmod.LAB_DRIVER[1], "550.144.03-1"  # the lab's default pin, then an upgrade
@@ -33,7 +33,7 @@ def lab(make_lab) -> labmod.Lab:
     assert OLD.startswith(OLD_UP)
     lab = make_lab(nodes=1)
     assert install(lab)["status"] == "changed"
-    assert markers(lab) == []  # a fresh node loads the driver at once: no reboot needed
+    assert reboot_markers(lab) == []  # a fresh node loads the driver at once: no reboot needed
     set_var(lab, "nvidia_driver_version", NEW)
     return lab
 
@@ -59,16 +59,6 @@ def play_output(run_dir: str | Path) -> str:
     return "\n".join(p.read_text() for p in outputs)
 
 
-def sh(lab, command: str) -> str:
-    proc = ssh(lab, "node1", command)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def markers(lab) -> list[str]:
-    return sh(lab, "ls /run/reboot-required.gpuboot-* 2>/dev/null || true").split()
-
-
 def boots(lab) -> dict:
     """How often the node booted, seen from three sides: the emulator's boot counter (its
     boot unit runs once per boot), podman's restarts of the container and PID 1's start."""
@@ -83,12 +73,12 @@ def boots(lab) -> dict:
         "boot_count": int(status["boot_count"]),
         "podman_restarts": int(restarts),
         "started_at": started,
-        "pid1_start": sh(lab, labmod.LAB_BOOT_TIME_COMMAND).strip(),
+        "pid1_start": ssh_ok(lab, labmod.LAB_BOOT_TIME_COMMAND).strip(),
     }
 
 
 def loaded_driver(lab) -> str:
-    return sh(lab, "cat /run/gpuemu/proc/driver/nvidia/version")
+    return ssh_ok(lab, "cat /run/gpuemu/proc/driver/nvidia/version")
 
 
 def test_never_reboots_the_controller(tmp_path):
@@ -153,7 +143,7 @@ def test_without_permission_the_node_is_reported_not_rebooted(lab):
     node = install(lab)
     assert any(c.startswith("DRV-010 |") for c in node["changes"]), node  # the upgrade
     # The old module stays loaded: the driver role recorded the reboot, nothing did it.
-    assert markers(lab) == [MARKER]
+    assert reboot_markers(lab) == [MARKER]
     assert OLD_UP in loaded_driver(lab)
     assert REBOOT_TASK not in node["changes"]
     assert boots(lab) == before
@@ -174,7 +164,7 @@ def test_with_permission_the_node_reboots_once_and_comes_back_verified(lab):
     assert after["podman_restarts"] == before["podman_restarts"] + 1
     assert after["started_at"] != before["started_at"]
     assert after["pid1_start"] != before["pid1_start"]
-    assert markers(lab) == []
+    assert reboot_markers(lab) == []
     assert NEW_UP in loaded_driver(lab)
     assert "REBOOT-021 | AUDIT | Check the reboot cleared every request" in node["output"]
     assert f"NVIDIA {NEW_UP} loaded after the reboot" in node["output"]  # REBOOT-023 passed

@@ -11,7 +11,7 @@ import yaml
 from gpuboot.lab import lab as labmod
 from gpuboot.stacks import load_stack, mirror_packages
 
-from .conftest import gpuboot, ssh
+from .conftest import gpuboot, reboot_markers, ssh_ok
 
 pytestmark = pytest.mark.lab
 LTS, PROD = "lts-550-cuda12.4", "prod-570-cuda12.8"
@@ -56,20 +56,12 @@ def plan_changes(lab) -> dict:
     }
 
 
-def run(lab, command: str) -> str:
-    proc = ssh(lab, "node1", command)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def reboot_files(lab) -> list[str]:
-    return run(lab, "ls /run/reboot-required.gpuboot-* 2>/dev/null || true").split()
-
-
 def test_check_mode_on_a_fresh_node_fails_nothing_and_changes_nothing(lab):
     result = install(lab, "--check")
     assert result["changed"] > 0
-    assert run(lab, "dpkg-query -W -f '${Package}\\n' 'nvidia-*' 2>/dev/null || true").strip() == ""
+    assert (
+        ssh_ok(lab, "dpkg-query -W -f '${Package}\\n' 'nvidia-*' 2>/dev/null || true").strip() == ""
+    )
 
 
 def test_converge_then_nothing_changes(lab):
@@ -78,20 +70,20 @@ def test_converge_then_nothing_changes(lab):
     second = install(lab)
     assert second["changed"] == 0, second
     assert plan_changes(lab) == {}
-    assert reboot_files(lab) == []  # a fresh node loads everything at once
+    assert reboot_markers(lab) == []  # a fresh node loads everything at once
 
 
 def test_every_pinned_package_is_held_and_pinned(lab):
-    holds = set(run(lab, "apt-mark showhold").split())
+    holds = set(ssh_ok(lab, "apt-mark showhold").split())
     assert holds == pinned(LTS)
-    prefs = run(lab, "cat /etc/apt/preferences.d/gpuboot-*")
+    prefs = ssh_ok(lab, "cat /etc/apt/preferences.d/gpuboot-*")
     for name in pinned(LTS):
         assert f"Package: {name}\n" in prefs
-    loaded = run(lab, "lsmod")
+    loaded = ssh_ok(lab, "lsmod")
     for module in ("nvidia_peermem", "nvidia_fs", "mlx5_ib"):
         assert module in loaded
     assert (
-        run(lab, "systemctl is-active nvidia-fabricmanager nvidia-dcgm openibd").split()
+        ssh_ok(lab, "systemctl is-active nvidia-fabricmanager nvidia-dcgm openibd").split()
         == ["active"] * 3
     )
 
@@ -99,33 +91,33 @@ def test_every_pinned_package_is_held_and_pinned(lab):
 def test_unattended_upgrade_changes_no_pinned_package(lab):
     # The lab repository serves newer releases (550.144.03, DCGM 4, ...): nothing may move.
     for cmd in ("apt-get -s upgrade", "apt-get -s dist-upgrade"):
-        out = run(lab, cmd)
+        out = ssh_ok(lab, cmd)
         changes = [line for line in out.splitlines() if line.startswith(("Inst ", "Remv "))]
         moved = {line.split()[1] for line in changes}
         assert not moved & pinned(LTS), f"{cmd}: {sorted(moved & pinned(LTS))}"
-    config = run(lab, "apt-config dump Unattended-Upgrade::Package-Blacklist")
+    config = ssh_ok(lab, "apt-config dump Unattended-Upgrade::Package-Blacklist")
     for pattern in ("^nvidia-", "^libnvidia-", "^cuda-", "^doca-", "^datacenter-gpu-manager"):
         assert f'"{pattern}"' in config
-    has_uu = run(lab, "command -v unattended-upgrade || true").strip()
+    has_uu = ssh_ok(lab, "command -v unattended-upgrade || true").strip()
     if has_uu:  # not in the lab image (no Debian archive on lab nodes); real nodes have it
-        run(lab, "unattended-upgrade --dry-run")
-        assert set(run(lab, "apt-mark showhold").split()) == pinned(LTS)
+        ssh_ok(lab, "unattended-upgrade --dry-run")
+        assert set(ssh_ok(lab, "apt-mark showhold").split()) == pinned(LTS)
 
 
 def test_upgrade_to_570_then_reboot_loads_it(lab):
     use_stack(lab, PROD)
     assert install(lab)["changed"] > 0
-    assert set(run(lab, "apt-mark showhold").split()) == pinned(PROD)
+    assert set(ssh_ok(lab, "apt-mark showhold").split()) == pinned(PROD)
     # The old branch is gone, not left behind held.
-    assert run(lab, INSTALLED_550 + " || true") == ""
+    assert ssh_ok(lab, INSTALLED_550 + " || true") == ""
     # The 550 kernel modules stay loaded until the node reboots: recorded, not done.
-    pending = reboot_files(lab)
+    pending = reboot_markers(lab)
     assert "/run/reboot-required.gpuboot-nvidia-driver" in pending
     assert "/run/reboot-required.gpuboot-fabricmanager" in pending
     labmod.reboot(lab.name, "node1")
-    assert reboot_files(lab) == []
-    assert "Driver Version: 570.133.20" in run(lab, "nvidia-smi")
-    assert "nvidia_peermem" in run(lab, "lsmod")  # modules-load.d brought it back
+    assert reboot_markers(lab) == []
+    assert "Driver Version: 570.133.20" in ssh_ok(lab, "nvidia-smi")
+    assert "nvidia_peermem" in ssh_ok(lab, "lsmod")  # modules-load.d brought it back
     assert plan_changes(lab) == {}
     assert install(lab)["changed"] == 0
 
@@ -133,8 +125,8 @@ def test_upgrade_to_570_then_reboot_loads_it(lab):
 def test_downgrade_back_to_550(lab):
     use_stack(lab, LTS)
     assert install(lab)["changed"] > 0
-    assert set(run(lab, "apt-mark showhold").split()) == pinned(LTS)
+    assert set(ssh_ok(lab, "apt-mark showhold").split()) == pinned(LTS)
     labmod.reboot(lab.name, "node1")
-    assert "Driver Version: 550.54.15" in run(lab, "nvidia-smi")
+    assert "Driver Version: 550.54.15" in ssh_ok(lab, "nvidia-smi")
     assert plan_changes(lab) == {}
     assert install(lab)["changed"] == 0

@@ -43,6 +43,16 @@ def inventory(tmp_path, text):
     return str(path)
 
 
+def pinned_inventory(tmp_path, listener, profile="hgx-h100-sxm-8gpu"):
+    """One host (the listener nobody may contact) with a profile and a driver pin."""
+    return inventory(
+        tmp_path,
+        f"all:\n  vars: {{gpuboot_profile: {profile}, "
+        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
+        "  hosts:\n    " + GOOD_HOST % listener.getsockname()[1] + "\n",
+    )
+
+
 @pytest.mark.parametrize("verb", ["install", "certify"])
 @pytest.mark.parametrize(
     ("content", "expect"),
@@ -65,13 +75,7 @@ def test_bad_inventory_exits_2_with_one_line(tmp_path, verb, content, expect):
 
 
 def test_unknown_profile_is_refused_before_any_host_is_contacted(tmp_path, listener):
-    port = listener.getsockname()[1]
-    path = inventory(
-        tmp_path,
-        "all:\n  vars: {gpuboot_profile: no-such-sku, "
-        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
-        "  hosts:\n    " + GOOD_HOST % port + "\n",
-    )
+    path = pinned_inventory(tmp_path, listener, profile="no-such-sku")
     proc = gpuboot("certify", "-i", path, "--json")
     assert proc.returncode == 2
     doc = json.loads(proc.stdout)
@@ -135,13 +139,7 @@ def test_help_does_not_import_the_heavy_stack():
     ],
 )
 def test_bad_rollout_options_are_refused_before_any_host(tmp_path, listener, args, expect):
-    port = listener.getsockname()[1]
-    path = inventory(
-        tmp_path,
-        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu, "
-        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}\n"
-        "  hosts:\n    " + GOOD_HOST % port + "\n",
-    )
+    path = pinned_inventory(tmp_path, listener)
     env = {**os.environ, "GPUBOOT_RUNS": str(tmp_path / "runs")}
     proc = gpuboot("install", "-i", path, *args, env=env)
     assert proc.returncode == 2, proc.stderr
