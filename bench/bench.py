@@ -5,6 +5,8 @@ in the same run (absolute seconds depend on the machine; ratios travel).
   lab up (10 nodes, image cached)       seconds (and per node)
   gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
   install no-op    / ansible -m setup   a converged re-run vs. plain fact gathering
+  install no-op    / install first      the same, vs. converging the 550 stack from scratch
+  install --full   / install first      a re-run that runs every role (no fingerprint skip)
   evaluate (1000 nodes) / reading them  offline judging vs. just reading the evidence
 
 Usage: .venv/bin/python bench/bench.py [--nodes 10] [--json]
@@ -68,6 +70,7 @@ def evaluate_throughput(bundle: Path, out: Path, hosts: int) -> dict[str, float]
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--stack", default="lts-550-cuda12.4")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     gpuboot = [sys.executable, "-m", "gpuboot.cli"]
@@ -84,12 +87,13 @@ def main() -> int:
     ensure_repo()
     results: dict[str, float] = {}
     started = time.monotonic()
-    lab = labmod.up(name, args.nodes, "hgx-h100-sxm-8gpu")
+    lab = labmod.up(name, args.nodes, "hgx-h100-sxm-8gpu", stack=args.stack)
     results["lab_up_s"] = time.monotonic() - started
     inv = str(lab.inventory)
     try:
         results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
         results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+        results["install_full_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q", "--full"])
         results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
         results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
         started = time.monotonic()
@@ -110,11 +114,12 @@ def main() -> int:
         "certify / ansible ping": results["certify_s"] / results["ansible_ping_s"],
         "install no-op / ansible setup": results["install_noop_s"] / results["ansible_setup_s"],
         "install no-op / install first": results["install_noop_s"] / results["install_first_s"],
+        "install --full / install first": results["install_full_s"] / results["install_first_s"],
     }
     if args.json:
         print(json.dumps({"nodes": args.nodes, "seconds": results, "ratios": ratios}, indent=2))
         return 0
-    print(f"nodes: {args.nodes}")
+    print(f"nodes: {args.nodes}, stack {args.stack}")
     print(
         f"lab up:              {results['lab_up_s']:6.1f} s "
         f"({results['lab_up_s'] / args.nodes:.2f} s/node, image cached)"
@@ -122,6 +127,7 @@ def main() -> int:
     for key in (
         "install_first_s",
         "install_noop_s",
+        "install_full_s",
         "ansible_setup_s",
         "ansible_ping_s",
         "certify_s",

@@ -131,6 +131,14 @@ def cmd_install(args) -> Outcome:
     from gpuboot.ui import LiveHosts, table
 
     live = LiveHosts(sys.stderr.write, sys.stderr.isatty()) if not args.quiet else None
+    if args.drain_timeout <= 0:
+        raise BadInput(
+            f"--drain-timeout {args.drain_timeout:g} must be a positive number of seconds",
+            hint="e.g. --drain-timeout 900",
+        )
+    drain = None
+    if args.kubeconfig:
+        drain = install.Drain(args.kubeconfig, args.k8s_context, args.drain_timeout)
     result = install.install(
         args.inventory,
         limit=args.limit,
@@ -142,6 +150,8 @@ def cmd_install(args) -> Outcome:
         max_fail=args.max_fail,
         resume=args.resume,
         allow_reboot=args.allow_reboot,
+        full=args.full,
+        drain=drain,
         on_update=live.update if live else None,
     )
     rollout = result.rollout
@@ -158,6 +168,16 @@ def cmd_install(args) -> Outcome:
         f"\n{len(result.hosts)} host(s) in {batches} batch(es), {result.elapsed_s:.1f}s;"
         f" run dir {result.run_dir}"
     )
+    for d in result.drained.values():
+        if d.error:
+            what = d.error
+        elif not d.member:
+            what = "not in the cluster: nothing to drain"
+        else:
+            what = f"cordoned and drained ({len(d.evicted)} pod(s) evicted); back after certify"
+        text += f"\nk8s {d.node}: {what}"
+    if result.would_drain:
+        text += f"\nwould cordon and drain (stack changes): {', '.join(result.would_drain)}"
     if rollout.stopped:
         text += f"\nrollout stopped: {rollout.stopped}"
     if rollout.failed or rollout.pending:
@@ -364,17 +384,11 @@ def cmd_certify(args) -> Outcome:
         from gpuboot.inventory import load_inventory
         from gpuboot.k8s import apply_gate
 
-        inv = load_inventory(args.inventory)
-        names = {
-            h: v["gpuboot_k8s_node_name"]
-            for h, v in inv.hosts.items()
-            if "gpuboot_k8s_node_name" in v
-        }
         actions = apply_gate(
             report,
             kubeconfig=args.kubeconfig,
             context=args.k8s_context,
-            node_names=names,
+            node_names=load_inventory(args.inventory).k8s_node_names(),
             dry_run=args.k8s_dry_run,
             allow_warn=args.allow_warn,
         )
@@ -488,6 +502,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-reboot",
         action="store_true",
         help="reboot nodes whose new stack needs it (once each, never the controller)",
+    )
+    inst.add_argument(
+        "--full",
+        action="store_true",
+        help="run every role, also on nodes unchanged since their last converge",
+    )
+    inst.add_argument(
+        "--kubeconfig",
+        help="cordon and drain cluster members before their stack changes;"
+        " `certify --kubeconfig` readmits them once they pass",
+    )
+    inst.add_argument("--k8s-context", help="kubeconfig context")
+    inst.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600,
+        metavar="SECONDS",
+        help="give up on a node whose pods are not evicted by then (default: 600)",
     )
     inst.set_defaults(func=cmd_install)
 

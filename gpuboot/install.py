@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,31 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     return overlay
 
 
+def desired_digests(inv: Inventory, hosts: list[str]) -> dict[str, str]:
+    """Per host, a digest of everything that decides its desired state: its variables
+    (stack pins included) and the playbook and role code. The gpuboot_converged role
+    skips a node only when this matches the digest recorded at its last converge."""
+    code = hashlib.sha256()
+    for base in (PLAYBOOK.parent, paths.PROJECT_DIR / "roles"):
+        for path in sorted(p for p in base.rglob("*") if p.is_file()):
+            code.update(str(path.relative_to(paths.PROJECT_DIR)).encode() + b"\0")
+            code.update(path.read_bytes())
+    digests = {}
+    for host in hosts:
+        host_vars = json.dumps(inv.resolved(host), sort_keys=True, default=str)
+        digests[host] = hashlib.sha256(code.digest() + host_vars.encode()).hexdigest()[:32]
+    return digests
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Cordon and drain cluster members before their stack changes (opt-in)."""
+
+    kubeconfig: str
+    context: str | None = None
+    timeout_s: float = 600
+
+
 @dataclass
 class InstallResult:
     """Every batch's hosts folded into one result, plus the rollout's own record."""
@@ -48,6 +75,8 @@ class InstallResult:
     hosts: dict[str, HostResult]
     rollout: RolloutState
     resumed_from: str | None = None
+    drained: dict[str, Any] = field(default_factory=dict)  # host -> DrainResult
+    would_drain: list[str] = field(default_factory=list)  # --check: hosts whose stack changes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,7 +86,47 @@ class InstallResult:
             "hosts": hosts_doc(self.hosts),
             "rollout": self.rollout.to_dict(),
             "resumed_from": self.resumed_from,
+            "k8s_drain": [d.to_dict() for d in self.drained.values()],
+            "would_drain": self.would_drain,
         }
+
+
+def stack_changes(inventory: Path, hosts: list[str]) -> list[str]:
+    """Hosts whose packages `gpuboot plan` says will change (or cannot tell): the ones a
+    cluster must let go before install touches them. One round trip per host."""
+    from gpuboot.plan import plan
+
+    nodes = plan(str(inventory), limit=",".join(hosts))["nodes"]
+    return [str(n["host"]) for n in nodes if n.get("error") or n.get("changes")]
+
+
+def _drain_batch(
+    inv: Inventory, batch: list[str], drain: Drain, result: InstallResult
+) -> list[str]:
+    """Drain the batch's changing cluster members; the hosts still to install."""
+    from gpuboot.k8s.drain import drain as drain_nodes
+
+    changing = stack_changes(inv.path, batch)
+    if not changing:
+        return batch
+    drained = drain_nodes(
+        changing,
+        kubeconfig=drain.kubeconfig,
+        context=drain.context,
+        node_names=inv.k8s_node_names(),
+        timeout_s=drain.timeout_s,
+    )
+    result.drained.update(drained)
+    for host, outcome in drained.items():
+        if outcome.error:
+            result.hosts[host] = HostResult(
+                host=host,
+                failed=1,
+                failed_task="K8S-DRAIN | cordon and drain the node before its stack changes",
+                reason=f"{outcome.node}: {outcome.error}",
+            )
+            result.rollout.failed.append(host)
+    return [h for h in batch if not drained.get(h) or not drained[h].error]
 
 
 def install(
@@ -72,14 +141,24 @@ def install(
     max_fail: str | None = None,
     resume: str | None = None,
     allow_reboot: bool = False,
+    full: bool = False,
+    drain: Drain | None = None,
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
 ) -> InstallResult:
     """Converge the inventory batch by batch; stop once more hosts failed than the budget.
 
     Bad input (inventory, stack, --serial/--max-fail, the run to resume) is refused before
-    any host is contacted. Without --serial the whole selection is one batch.
+    any host is contacted. Without --serial the whole selection is one batch. A node
+    that has not drifted since its last converge skips the roles, unless ``full``. With
+    ``drain``, each batch's cluster members whose stack changes are cordoned and drained
+    first (a node that cannot be drained fails and is not touched); they stay cordoned
+    until `gpuboot certify --kubeconfig` passes them.
     """
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
+    if drain is not None:
+        from gpuboot.k8s.gate import _client
+
+        _client(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
     hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
     if not hosts:
         raise BadInput(
@@ -102,7 +181,9 @@ def install(
     started = time.monotonic()
     run_id, run_dir = new_run_dir("install")
     overlay = stack_overlay(inv, run_dir)
+    digests = desired_digests(inv, hosts)
     results: dict[str, HostResult] = {h: HostResult(host=h, pending=True) for h in hosts}
+    outcome = InstallResult(run_id, run_dir, 0.0, results, state, resumed_from)
     state.save(run_dir)
     for number, batch in enumerate(batches(hosts, size), start=1):
         if state.budget_spent:
@@ -111,6 +192,13 @@ def install(
                 f"({state.budget}); {len(state.pending)} host(s) not started"
             )
             break
+        if drain is not None and check:
+            outcome.would_drain += stack_changes(inv.path, batch)
+        elif drain is not None:
+            batch = _drain_batch(inv, batch, drain, outcome)
+            if not batch:
+                state.save(run_dir)
+                continue
         spec = RunSpec(
             playbook=PLAYBOOK,
             inventory=(inv.path, overlay) if overlay else (inv.path,),
@@ -120,7 +208,11 @@ def install(
             forks=forks,
             check=check,
             diff=diff,
-            extravars={"gpuboot_allow_reboot": allow_reboot},
+            extravars={
+                "gpuboot_allow_reboot": allow_reboot,
+                "gpuboot_converged_digests": digests,
+                "gpuboot_converged_trust": not full,
+            },
         )
         sub = run_dir if size >= len(hosts) else run_dir / f"batch-{number:02d}"
         sub.mkdir(exist_ok=True)
@@ -137,11 +229,5 @@ def install(
             results[host] = result
             (state.failed if broken_hosts({host: result}) else state.converged).append(host)
         state.save(run_dir)
-    return InstallResult(
-        run_id=run_id,
-        run_dir=run_dir,
-        elapsed_s=time.monotonic() - started,
-        hosts=results,
-        rollout=state,
-        resumed_from=resumed_from,
-    )
+    outcome.elapsed_s = time.monotonic() - started
+    return outcome

@@ -30,6 +30,14 @@ class Inventory:
         """The host's variables with the derived role variables applied."""
         return {**self.hosts[host], **self.derived_vars.get(host, {})}
 
+    def k8s_node_names(self) -> dict[str, str]:
+        """Inventory host -> Kubernetes node name, where ``gpuboot_k8s_node_name`` says so."""
+        return {
+            h: str(v["gpuboot_k8s_node_name"])
+            for h, v in self.hosts.items()
+            if "gpuboot_k8s_node_name" in v
+        }
+
 
 def _check_yaml(path: Path, text: str) -> None:
     try:

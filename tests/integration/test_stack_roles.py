@@ -4,9 +4,13 @@ downgrade. One lab, tests run in file order (each builds on the node the previou
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
+from unit.k8s.fake_apiserver import FakeApiServer
+from unit.k8s.fake_apiserver import node as k8s_node
+from unit.k8s.fake_apiserver import pod as k8s_pod
 
 from gpuboot.lab import lab as labmod
 from gpuboot.stacks import load_stack, mirror_packages
@@ -67,10 +71,76 @@ def test_check_mode_on_a_fresh_node_fails_nothing_and_changes_nothing(lab):
 def test_converge_then_nothing_changes(lab):
     first = install(lab)
     assert first["status"] == "changed"
-    second = install(lab)
-    assert second["changed"] == 0, second
+    second = install(lab, "--full")  # every role runs again: the roles are idempotent
+    assert second["changed"] == 0 and second["ok"] > 40, second
     assert plan_changes(lab) == {}
     assert reboot_markers(lab) == []  # a fresh node loads everything at once
+
+
+def test_an_unchanged_node_skips_the_roles(lab):
+    third = install(lab)
+    assert third["changed"] == 0 and third["ok"] <= 5, third
+    assert third["task"].startswith("CONV-002"), third  # "nothing drifted: skip the roles"
+
+
+DCGM_PIN = "/etc/apt/preferences.d/gpuboot-dcgm"
+# What the install roles manage, drifted one part at a time, how to put it back, and
+# the part of the fingerprint that must notice.
+DRIFTS = {
+    "hold released": (
+        "apt-mark unhold datacenter-gpu-manager",
+        "apt-mark hold datacenter-gpu-manager",
+        "packages",
+    ),
+    "pin file edited": (
+        f"cp {DCGM_PIN} /root/pin && echo '# local' >> {DCGM_PIN}",
+        f"mv /root/pin {DCGM_PIN}",
+        "files",
+    ),
+    "service stopped": ("systemctl stop nvidia-dcgm", "systemctl start nvidia-dcgm", "units"),
+    "module unloaded": ("modprobe -r nvidia_peermem", "modprobe nvidia_peermem", "modules"),
+    "reboot requested": (
+        "touch /run/reboot-required.gpuboot-test",
+        "rm /run/reboot-required.gpuboot-test",
+        "reboot-pending",
+    ),
+}
+
+
+def converged_check(lab) -> str:
+    """What the fast path concluded (CONV-002's or CONV-004's message), read from the
+    run's job events: `install --check --tags converged` runs only the comparison."""
+    proc = gpuboot("install", "-i", str(lab.inventory), "--check", "--tags", "converged", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = Path(json.loads(proc.stdout)["run_dir"]) / "artifacts" / "job" / "job_events"
+    for path in events.glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event["event"] == "runner_on_ok" and data.get("task", "")[:8] in (
+            "CONV-002",
+            "CONV-004",
+        ):
+            return data["res"]["msg"]
+    raise AssertionError("the run never compared the node with its last converge")
+
+
+@pytest.mark.parametrize("drift", DRIFTS)
+def test_any_drift_runs_the_roles(lab, drift):
+    make, undo, part = DRIFTS[drift]
+    ssh_ok(lab, make)
+    try:
+        assert converged_check(lab) == f"differs: {part}", f"{drift} went unnoticed"
+    finally:
+        ssh_ok(lab, undo)
+    assert converged_check(lab).startswith("state and desired state match"), drift
+
+
+def test_a_drifted_node_is_repaired_then_skipped_again(lab):
+    gpuboot("lab", "fault", "--name", lab.name, "node1", "qos-drift", check_rc=0)
+    repaired = install(lab)
+    assert any(c.startswith("QOS-011") for c in repaired["changes"]), repaired
+    assert install(lab)["task"].startswith("CONV-002")
+    assert install(lab, "--full")["changed"] == 0
 
 
 def test_every_pinned_package_is_held_and_pinned(lab):
@@ -104,9 +174,42 @@ def test_unattended_upgrade_changes_no_pinned_package(lab):
         assert set(ssh_ok(lab, "apt-mark showhold").split()) == pinned(LTS)
 
 
-def test_upgrade_to_570_then_reboot_loads_it(lab):
+@pytest.fixture
+def cluster(tmp_path):
+    """A fake API server where node1 is a cluster member running a pod."""
+    server = FakeApiServer().start()
+    try:
+        server.add(k8s_node("node1"))
+        server.add_pod(k8s_pod("train-0", "node1", owner="StatefulSet"))
+        yield server, str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        server.stop()
+
+
+def test_upgrade_to_570_then_reboot_loads_it(lab, cluster):
+    server, kubeconfig = cluster
     use_stack(lab, PROD)
-    assert install(lab)["changed"] > 0
+    check = gpuboot(
+        "install", "-i", str(lab.inventory), "--json", "--check", "--kubeconfig", kubeconfig,
+        check_rc=0,
+    )  # fmt: skip
+    assert json.loads(check.stdout)["would_drain"] == ["node1"] and server.requests == []
+    # A PodDisruptionBudget holds the pod: the node cannot be drained, so it is not touched.
+    server.pdb_blocked.add(("default", "train-0"))
+    proc = gpuboot(
+        "install", "-i", str(lab.inventory), "--json", "--kubeconfig", kubeconfig,
+        "--drain-timeout", "3",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    held = json.loads(proc.stdout)["hosts"]["node1"]
+    assert held["failed_task"].startswith("K8S-DRAIN") and "PodDisruptionBudget" in held["reason"]
+    assert ssh_ok(lab, INSTALLED_550 + " || true") != ""  # still the old stack
+    assert server.nodes["node1"]["spec"]["unschedulable"] is True
+
+    server.pdb_blocked.clear()
+    assert install(lab, "--kubeconfig", kubeconfig)["changed"] > 0
+    assert server.evictions()[-1] == "default/train-0" and server.pods == {}
+    assert server.nodes["node1"]["spec"]["unschedulable"] is True  # until it certifies again
     assert set(ssh_ok(lab, "apt-mark showhold").split()) == pinned(PROD)
     # The old branch is gone, not left behind held.
     assert ssh_ok(lab, INSTALLED_550 + " || true") == ""
@@ -120,6 +223,10 @@ def test_upgrade_to_570_then_reboot_loads_it(lab):
     assert "nvidia_peermem" in ssh_ok(lab, "lsmod")  # modules-load.d brought it back
     assert plan_changes(lab) == {}
     assert install(lab)["changed"] == 0
+    # Nothing changes now: a cluster member is not drained again.
+    requests = len(server.requests)
+    assert install(lab, "--kubeconfig", kubeconfig)["changed"] == 0
+    assert len(server.requests) == requests
 
 
 def test_downgrade_back_to_550(lab):

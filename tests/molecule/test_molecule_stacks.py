@@ -1,5 +1,6 @@
-"""`molecule test -s stack-upgrade`: 550 LTS stack, then the 570 stack over it, idempotence,
-a reboot, and the certify checks as verifier."""
+"""`molecule test -s stack-upgrade` (550 LTS stack, then the 570 stack over it) and
+`-s stack-downgrade` (the other way round): idempotence, a reboot, and the certify
+checks as verifier against the stack the node ends on."""
 
 from __future__ import annotations
 
@@ -17,20 +18,24 @@ from .summary import verifier_summary
 
 pytestmark = pytest.mark.molecule
 PROJECT = Path(__file__).parents[2]
-FROM, TO = "lts-550-cuda12.4", "prod-570-cuda12.8"
+LTS, PROD = "lts-550-cuda12.4", "prod-570-cuda12.8"
 
 
-def test_stack_upgrade_scenario(make_lab, tmp_path):
-    lab = make_lab(nodes=1, stack=FROM)
+@pytest.mark.parametrize(
+    ("scenario", "from_stack", "to_stack"),
+    [("stack-upgrade", LTS, PROD), ("stack-downgrade", PROD, LTS)],
+)
+def test_stack_change_scenario(make_lab, tmp_path, scenario, from_stack, to_stack):
+    lab = make_lab(nodes=1, stack=from_stack)
     # verify judges the node against the stack it was upgraded to. The certify checks
     # read plain host variables (testinfra, no `gpuboot install` overlay), so the new
     # stack's role variables go into the inventory itself, as driver pins.
     doc = yaml.safe_load(lab.inventory.read_text())
-    doc["all"]["vars"].update(role_vars(load_stack(TO)))
+    doc["all"]["vars"].update(role_vars(load_stack(to_stack)))
     doc["all"]["vars"].pop("gpuboot_stack")
     lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     files = {}
-    for key, stack in (("GPUBOOT_STACK_FROM", FROM), ("GPUBOOT_STACK_TO", TO)):
+    for key, stack in (("GPUBOOT_STACK_FROM", from_stack), ("GPUBOOT_STACK_TO", to_stack)):
         path = tmp_path / f"{stack}.yml"
         path.write_text(yaml.safe_dump(role_vars(load_stack(stack))))
         files[key] = str(path)
@@ -46,7 +51,7 @@ def test_stack_upgrade_scenario(make_lab, tmp_path):
         "ANSIBLE_FORCE_COLOR": "0",
     }
     proc = subprocess.run(
-        [f"{venv_bin}/molecule", "test", "-s", "stack-upgrade"],
+        [f"{venv_bin}/molecule", "test", "-s", scenario],
         cwd=PROJECT,
         env=env,
         capture_output=True,

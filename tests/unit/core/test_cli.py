@@ -136,6 +136,8 @@ def test_help_does_not_import_the_heavy_stack():
         (["--max-fail", "lots"], "--max-fail 'lots' is not a host count"),
         (["--limit", "nosuchhost"], "matches no host"),
         (["--resume"], "no earlier install run"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load the kubeconfig"),
+        (["--kubeconfig", "/dev/null", "--drain-timeout", "0"], "--drain-timeout 0 must be"),
     ],
 )
 def test_bad_rollout_options_are_refused_before_any_host(tmp_path, listener, args, expect):

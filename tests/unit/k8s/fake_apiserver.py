@@ -7,6 +7,11 @@ merge, ``null`` deletes a key, lists such as ``spec.taints`` are replaced whole)
 the real server it honours a ``metadata.resourceVersion`` precondition (409 Conflict),
 ``dryRun=All`` (validate and answer, store nothing), validates label keys and values
 (422), and bumps ``resourceVersion`` on every stored change. Every request is recorded.
+
+For install's drain: ``GET /api/v1/pods?fieldSelector=spec.nodeName=N`` and
+``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (201 accepted, 429 while a
+PodDisruptionBudget blocks it, 404 for no such pod). An evicted pod terminates: it is
+still listed, with a deletionTimestamp, for ``terminating_lists`` more listings.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import yaml
 TOKEN = "gpuboot-test-token"
 MERGE_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
 _NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)$")
+_EVICTION_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 
@@ -102,6 +108,30 @@ def _invalid_labels(labels: dict[str, Any]) -> str | None:
     return None
 
 
+def pod(
+    name: str,
+    node_name: str,
+    *,
+    namespace: str = "default",
+    owner: str | None = "ReplicaSet",
+    mirror: bool = False,
+    phase: str = "Running",
+) -> dict[str, Any]:
+    """A Pod bound to ``node_name``, owned by a controller of kind ``owner``."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": f"{name}-owner", "controller": True}]
+    if mirror:
+        meta["annotations"]["kubernetes.io/config.mirror"] = "hash"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": node_name},
+        "status": {"phase": phase},
+    }
+
+
 class FakeApiServer:
     """Start with ``start()``, stop with ``stop()``; ``nodes`` and ``requests`` are public."""
 
@@ -111,6 +141,10 @@ class FakeApiServer:
         # name -> hook run just before a PATCH of that node is applied (e.g. a concurrent
         # writer that changes the node between the gate's GET and PATCH)
         self.before_patch: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> Pod
+        self.pdb_blocked: set[tuple[str, str]] = set()  # evictions answered 429
+        self.terminating_lists = 1
+        self._terminating: dict[tuple[str, str], int] = {}  # listings left before it is gone
         self._lock = threading.Lock()
         self._rv = 1000
         self._httpd: ThreadingHTTPServer | None = None
@@ -139,6 +173,18 @@ class FakeApiServer:
 
     def add(self, doc: dict[str, Any]) -> None:
         self.nodes[doc["metadata"]["name"]] = copy.deepcopy(doc)
+
+    def add_pod(self, doc: dict[str, Any]) -> None:
+        meta = doc["metadata"]
+        self.pods[(meta["namespace"], meta["name"])] = copy.deepcopy(doc)
+
+    def evictions(self) -> list[str]:
+        """namespace/name of every eviction asked for, in order."""
+        out = []
+        for r in self.requests:
+            if r.method == "POST" and (m := _EVICTION_PATH.match(r.path)):
+                out.append(f"{m.group(1)}/{m.group(2)}")
+        return out
 
     def touch(self, name: str, **labels: str) -> None:
         """A concurrent writer: change a node (labels) and bump its resourceVersion."""
@@ -188,6 +234,10 @@ class FakeApiServer:
                 return 401, _status(401, "Unauthorized", "Unauthorized")
             if req.method == "GET" and req.path == "/version":
                 return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"}
+            if req.method == "GET" and req.path == "/api/v1/pods":
+                return 200, self._list_pods(req)
+            if req.method == "POST" and (evict := _EVICTION_PATH.match(req.path)):
+                return self._evict((evict.group(1), evict.group(2)), req)
             match = _NODE_PATH.match(req.path)
             if not match:
                 return 404, _status(404, "NotFound", f"the server could not find {req.path}")
@@ -200,6 +250,40 @@ class FakeApiServer:
             if req.method == "PATCH":
                 return self._patch(name, req)
             return 405, _status(405, "MethodNotAllowed", f"{req.method} is not supported")
+
+    def _list_pods(self, req: Request) -> dict[str, Any]:
+        selector = req.query.get("fieldSelector", [""])[0]
+        field, _, value = selector.partition("=")
+        if selector and field != "spec.nodeName":
+            raise AssertionError(f"unexpected fieldSelector {selector!r}")
+        items = []
+        for key, doc in list(self.pods.items()):
+            if selector and doc["spec"].get("nodeName") != value:
+                continue
+            items.append(copy.deepcopy(doc))
+            if key in self._terminating:
+                self._terminating[key] -= 1
+                if self._terminating[key] < 0:  # gone after its last listing
+                    del self._terminating[key], self.pods[key]
+                    items.pop()
+        return {"apiVersion": "v1", "kind": "PodList", "items": items}
+
+    def _evict(self, key: tuple[str, str], req: Request) -> tuple[int, dict[str, Any]]:
+        body = req.body if isinstance(req.body, dict) else {}
+        if body.get("kind") != "Eviction" or (body.get("metadata") or {}).get("name") != key[1]:
+            return 400, _status(400, "BadRequest", "the body must be an Eviction of this pod")
+        if key not in self.pods:
+            return 404, _status(404, "NotFound", f'pods "{key[1]}" not found')
+        if key in self.pdb_blocked:
+            return 429, _status(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            )
+        if key not in self._terminating:
+            self.pods[key]["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+            self._terminating[key] = self.terminating_lists
+        return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
     def _patch(self, name: str, req: Request) -> tuple[int, dict[str, Any]]:
         if (req.content_type or "").split(";")[0].strip() not in MERGE_TYPES:

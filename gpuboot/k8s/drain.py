@@ -1,0 +1,165 @@
+"""Before install changes a cluster member's GPU stack: cordon it and drain it.
+
+What `kubectl drain --ignore-daemonsets` does, through the API: the node is cordoned
+(marked as gpuboot's cordon, so certify's gate lifts it once the node certifies again),
+gets the uncertified taint and ``certified=false`` (its certificate described the old
+stack), then every pod on it is evicted through the Eviction API, so PodDisruptionBudgets
+are honoured (a refused eviction, 429, is retried until the timeout). DaemonSet pods and
+mirror (static) pods stay, as do pods that already finished. A node the cluster does not
+know is left alone; a node that cannot be drained in time is reported and not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuboot.k8s import labels as L
+from gpuboot.k8s.decision import Target
+from gpuboot.k8s.gate import TIMEOUT, GateAction, _Api, _client, _describe, _gate_one
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass
+class DrainResult:
+    host: str
+    node: str  # the Kubernetes node name
+    member: bool = True  # False: the cluster has no such node (nothing to drain)
+    changes: list[str] = field(default_factory=list)  # what the cordon patch changed
+    evicted: list[str] = field(default_factory=list)  # namespace/name
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _uncertify(host: str) -> Target:
+    return Target(
+        host=host,
+        verdict="INSTALL",
+        certified=False,
+        # the certificate and stack labels described the stack about to be replaced
+        labels={
+            L.LABEL_CERTIFIED: "false",
+            L.LABEL_STACK: None,
+            L.LABEL_CERT_SHA: None,
+            L.LABEL_CERT_EXPIRY: None,
+        },
+        cordon="cordon",
+    )
+
+
+def _evictable(pod: dict[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return False  # a static pod: the kubelet owns it, eviction cannot remove it
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        return False  # its controller ignores the cordon and would recreate it at once
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _pods(api: _Api, node: str) -> list[dict[str, Any]]:
+    resp = api.core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}",
+        _preload_content=False,
+        _request_timeout=TIMEOUT,
+    )
+    return [p for p in json.loads(resp.data).get("items") or [] if _evictable(p)]
+
+
+def _evict(api: _Api, pod: dict[str, Any]) -> str | None:
+    """Ask for the pod's eviction; None when accepted (or the pod is gone), else why not."""
+    meta = pod["metadata"]
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+    }
+    try:
+        api.core.create_namespaced_pod_eviction(
+            meta["name"],
+            meta["namespace"],
+            body,
+            _preload_content=False,
+            _request_timeout=TIMEOUT,
+        )
+    except api.api_error as exc:
+        status = getattr(exc, "status", None)
+        if status == 404:
+            return None
+        if status == 429:
+            return "eviction refused by a PodDisruptionBudget (429)"
+        return _describe(exc, api)
+    return None
+
+
+def drain(
+    hosts: list[str],
+    *,
+    kubeconfig: str | None,
+    context: str | None = None,
+    node_names: dict[str, str] | None = None,
+    timeout_s: float = 600,
+    poll_s: float = 2,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, DrainResult]:
+    """Cordon and drain the cluster nodes of ``hosts``; one result per host.
+
+    All nodes are cordoned first, then evicted together, so a batch drains in the time
+    of its slowest node. A node whose pods are still there after ``timeout_s`` gets an
+    error naming them (it stays cordoned, as kubectl leaves it).
+    """
+    api = _client(kubeconfig, context)
+    names = node_names or {}
+    results = {h: DrainResult(host=h, node=names.get(h, h)) for h in hosts}
+    for result in results.values():
+        action = GateAction(node=result.node, verdict="INSTALL")
+        _gate_one(api, action, _uncertify(result.host), dry_run=False)
+        result.member, result.changes = not action.missing, action.changes
+        if action.error and not action.missing:
+            result.error = f"not cordoned: {action.error}"
+    deadline = clock() + timeout_s
+    waiting = {h: r for h, r in results.items() if r.member and not r.error}
+    refused: dict[str, dict[str, str]] = {h: {} for h in waiting}  # pod -> why not evicted
+    remaining: dict[str, list[str]] = {}
+    while waiting:
+        for host, result in list(waiting.items()):
+            try:
+                pods = _pods(api, result.node)
+            except (api.api_error, *api.transport_errors, ValueError) as exc:
+                result.error = f"cannot list its pods: {_describe(exc, api)}"
+                del waiting[host]
+                continue
+            if not pods:
+                del waiting[host]
+                continue
+            remaining[host] = []
+            for pod in pods:
+                ref = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+                remaining[host].append(ref)
+                if ref in result.evicted:
+                    continue  # accepted, terminating
+                why = _evict(api, pod)
+                if why is None:
+                    result.evicted.append(ref)
+                    refused[host].pop(ref, None)
+                else:
+                    refused[host][ref] = why
+        if waiting and clock() >= deadline:
+            for host, result in waiting.items():
+                left = [
+                    f"{ref} ({refused[host][ref]})" if ref in refused[host] else ref
+                    for ref in remaining[host]
+                ]
+                result.error = f"drain timed out after {timeout_s:.0f} s; still on the node: " + (
+                    ", ".join(left)
+                )
+            break
+        if waiting:
+            sleep(poll_s)
+    return results
