@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpuboot.checks.base import ProbeFailed, probe
@@ -45,13 +46,18 @@ def gpu_table(evidence: Evidence) -> tuple[str | None, list[CsvGpuRow], list[tup
     return None, list(parse_query_gpu_csv("\n".join(kept)).rows), lost
 
 
+# Six rules read the same -q output of a node, one after another: parse it once per node
+# (the result is frozen; one entry, so nodes never share a parse).
+_parse_q = functools.lru_cache(maxsize=1)(parse_nvidia_smi_q)
+
+
 def smi_q(evidence: Evidence) -> NvidiaSmiQ:
     """The parsed ``nvidia-smi -q``; a run that printed no GPU is a harness ERROR here
     (GPU-001/STK-001 judge the node for a missing driver)."""
     out = probe(evidence, Q_FILE)
     text = "\n".join(ln for ln in out.stdout.splitlines() if not LOST_GPU.match(ln.strip()))
     try:
-        parsed = parse_nvidia_smi_q(text)
+        parsed = _parse_q(text)
     except ParseError as exc:
         why = smi_failure(out) or str(exc)
         raise ProbeFailed(why, where=Q_FILE) from None

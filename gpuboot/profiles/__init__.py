@@ -6,6 +6,7 @@ Profiles are YAML data beside this file (schema in README.md). The lab turns one
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -172,9 +173,29 @@ def validate(data: Any, where: str) -> dict[str, Any]:
     return data
 
 
+# path -> ((mtime, size), validated profile): evaluate reads one profile per node.
+_LOADED: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
 def load_profile(name_or_path: str | Path) -> dict[str, Any]:
-    """Load a profile by name (``hgx-h100-sxm-8gpu``) or path, validated."""
+    """Load a profile by name (``hgx-h100-sxm-8gpu``) or path, validated. The caller
+    gets its own copy; the file is parsed again only when it changed."""
     path = _resolve(name_or_path)
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    cached = _LOADED.get(path)
+    if stamp is not None and cached is not None and cached[0] == stamp:
+        return copy.deepcopy(cached[1])
+    data = _load_profile(path)
+    if stamp is not None:
+        _LOADED[path] = (stamp, copy.deepcopy(data))
+    return data
+
+
+def _load_profile(path: Path) -> dict[str, Any]:
     where = str(path.name if path.parent == PROFILE_DIR else path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

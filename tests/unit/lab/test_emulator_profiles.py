@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from gpuboot.errors import ConfigError
-from gpuboot.profiles import list_profiles, load_profile
+from gpuboot.profiles import PROFILE_DIR, list_profiles, load_profile
 
 SHIPPED = ["a100-sxm4-8gpu", "hgx-h100-sxm-8gpu", "hgx-h200-sxm-8gpu", "l40s-pcie-4gpu"]
 
@@ -77,3 +77,18 @@ def test_mig_profiles_required_when_supported(tmp_path):
 def test_missing_file_path():
     with pytest.raises(ConfigError, match="does not exist"):
         load_profile("/nonexistent/p.yaml")
+
+
+def test_a_loaded_profile_is_the_callers_own_and_follows_the_file(tmp_path):
+    # load_profile keeps what it parsed (evaluate reads one profile per node): a caller's
+    # change must not reach the next caller, and an edited file must be read again.
+    first = load_profile("hgx-h100-sxm-8gpu")
+    first["hardware"]["gpu"]["count"] = 0
+    assert load_profile("hgx-h100-sxm-8gpu")["hardware"]["gpu"]["count"] == 8
+    f = tmp_path / "edited.yaml"
+    doc = yaml.safe_load((PROFILE_DIR / "hgx-h100-sxm-8gpu.yaml").read_text())
+    f.write_text(yaml.safe_dump(doc))
+    assert load_profile(f)["hardware"]["gpu"]["model"] == "NVIDIA H100 80GB HBM3"
+    doc["hardware"]["gpu"]["model"] = "NVIDIA H100 edited"
+    f.write_text(yaml.safe_dump(doc) + "# edited\n")  # another size, whatever the mtime
+    assert load_profile(f)["hardware"]["gpu"]["model"] == "NVIDIA H100 edited"
