@@ -126,7 +126,7 @@ def _drain_batch(
                 reason=f"{outcome.node}: {outcome.error}",
             )
             result.rollout.failed.append(host)
-    return [h for h in batch if not drained.get(h) or not drained[h].error]
+    return [h for h in batch if not (h in drained and drained[h].error)]
 
 
 def install(
@@ -156,9 +156,9 @@ def install(
     """
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
     if drain is not None:
-        from gpuboot.k8s.gate import _client
+        from gpuboot.k8s.gate import connect
 
-        _client(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
+        connect(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
     hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
     if not hosts:
         raise BadInput(

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuboot.k8s import labels as L
 from gpuboot.k8s.decision import Target
-from gpuboot.k8s.gate import TIMEOUT, GateAction, _Api, _client, _describe, _gate_one
+from gpuboot.k8s.gate import TIMEOUT, Api, GateAction, apply_target, connect, describe
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -62,7 +62,7 @@ def _evictable(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def _pods(api: _Api, node: str) -> list[dict[str, Any]]:
+def _pods(api: Api, node: str) -> list[dict[str, Any]]:
     resp = api.core.list_pod_for_all_namespaces(
         field_selector=f"spec.nodeName={node}",
         _preload_content=False,
@@ -71,7 +71,7 @@ def _pods(api: _Api, node: str) -> list[dict[str, Any]]:
     return [p for p in json.loads(resp.data).get("items") or [] if _evictable(p)]
 
 
-def _evict(api: _Api, pod: dict[str, Any]) -> str | None:
+def _evict(api: Api, pod: dict[str, Any]) -> str | None:
     """Ask for the pod's eviction; None when accepted (or the pod is gone), else why not."""
     meta = pod["metadata"]
     body = {
@@ -93,7 +93,7 @@ def _evict(api: _Api, pod: dict[str, Any]) -> str | None:
             return None
         if status == 429:
             return "eviction refused by a PodDisruptionBudget (429)"
-        return _describe(exc, api)
+        return describe(exc, api)
     return None
 
 
@@ -114,12 +114,12 @@ def drain(
     of its slowest node. A node whose pods are still there after ``timeout_s`` gets an
     error naming them (it stays cordoned, as kubectl leaves it).
     """
-    api = _client(kubeconfig, context)
+    api = connect(kubeconfig, context)
     names = node_names or {}
     results = {h: DrainResult(host=h, node=names.get(h, h)) for h in hosts}
     for result in results.values():
         action = GateAction(node=result.node, verdict="INSTALL")
-        _gate_one(api, action, _uncertify(result.host), dry_run=False)
+        apply_target(api, action, _uncertify(result.host), dry_run=False)
         result.member, result.changes = not action.missing, action.changes
         if action.error and not action.missing:
             result.error = f"not cordoned: {action.error}"
@@ -132,7 +132,7 @@ def drain(
             try:
                 pods = _pods(api, result.node)
             except (api.api_error, *api.transport_errors, ValueError) as exc:
-                result.error = f"cannot list its pods: {_describe(exc, api)}"
+                result.error = f"cannot list its pods: {describe(exc, api)}"
                 del waiting[host]
                 continue
             if not pods:

@@ -37,13 +37,13 @@ class GateAction:
 
 
 @dataclass(frozen=True)
-class _Api:
+class Api:
     core: Any  # kubernetes.client.CoreV1Api
     api_error: type[Exception]  # the client's ApiException: the server answered, not 2xx
     transport_errors: tuple[type[Exception], ...]  # the server could not be reached
 
 
-def _client(kubeconfig: str | None, context: str | None) -> _Api:
+def connect(kubeconfig: str | None, context: str | None) -> Api:
     """The client for that kubeconfig and context, as the operator's kubectl would use."""
     try:
         import urllib3
@@ -63,10 +63,10 @@ def _client(kubeconfig: str | None, context: str | None) -> _Api:
             hint="pass --kubeconfig FILE (and --k8s-context NAME) as for kubectl",
         ) from exc
     transport = (urllib3.exceptions.HTTPError, OSError)
-    return _Api(client.CoreV1Api(api_client), ApiException, transport)
+    return Api(client.CoreV1Api(api_client), ApiException, transport)
 
 
-def _describe(exc: Exception, api: _Api) -> str:
+def describe(exc: Exception, api: Api) -> str:
     if isinstance(exc, api.api_error):
         status = getattr(exc, "status", None)
         try:
@@ -85,7 +85,9 @@ def _read(api: Any, name: str) -> dict[str, Any]:
     return json.loads(resp.data)
 
 
-def _gate_one(api: _Api, action: GateAction, target: Target, dry_run: bool) -> None:
+def apply_target(api: Api, action: GateAction, target: Target, dry_run: bool) -> None:
+    """Read the node, patch it towards ``target``; the outcome lands on ``action``
+    (shared by the gate and install's drain)."""
     try:
         node = _read(api.core, action.node)
     except api.api_error as exc:
@@ -93,10 +95,10 @@ def _gate_one(api: _Api, action: GateAction, target: Target, dry_run: bool) -> N
             action.missing = True
             action.error = "no such node in the cluster"
         else:
-            action.error = _describe(exc, api)
+            action.error = describe(exc, api)
         return
     except (*api.transport_errors, ValueError) as exc:  # ValueError: not JSON
-        action.error = _describe(exc, api)
+        action.error = describe(exc, api)
         return
     todo = plan(node, target)
     action.notes = todo.notes
@@ -117,7 +119,7 @@ def _gate_one(api: _Api, action: GateAction, target: Target, dry_run: bool) -> N
             **({"dry_run": "All"} if dry_run else {}),
         )
     except (api.api_error, *api.transport_errors) as exc:
-        action.error = _describe(exc, api)
+        action.error = describe(exc, api)
         return
     action.changes = todo.changes
 
@@ -140,7 +142,7 @@ def apply_gate(
     schedulable. ``dry_run`` sends the same PATCHes with ``dryRun=All``: validated by
     the API server (conflicts included), stored by nobody.
     """
-    api = _client(kubeconfig, context)
+    api = connect(kubeconfig, context)
     at = now or datetime.now(UTC)
     names = node_names or {}
     actions = []
@@ -157,6 +159,6 @@ def apply_gate(
         if target.error:
             action.error = target.error
         else:
-            _gate_one(api, action, target, dry_run)
+            apply_target(api, action, target, dry_run)
         actions.append(action)
     return actions
