@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuboot.evidence.packages import DPKG_QUERY
+
 # Fields of the one --query-gpu call; the file name records the command, the fields
 # are kept in meta.json.
 QUERY_FIELDS = (
@@ -43,9 +45,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("dmesg.txt", "dmesg"),
     Probe("lsmod.txt", "lsmod"),
     Probe("proc_driver_nvidia_version.txt", "cat {procfs}/driver/nvidia/version"),
-    Probe(
-        "dpkg-query_-W.txt", "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
-    ),
+    Probe("dpkg-query_-W.txt", DPKG_QUERY),
     Probe("apt-mark_showhold.txt", "apt-mark showhold"),
     Probe("reboot-required.txt", "cat /var/run/reboot-required* 2>/dev/null; true"),
 )

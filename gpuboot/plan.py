@@ -10,19 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuboot import paths
+from gpuboot.errors import ParseError
+from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
 from gpuboot.inventory import load_inventory
-
-DPKG_QUERY = "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
-
-
-def installed_packages(dpkg_output: str) -> dict[str, str]:
-    """package -> version for packages dpkg reports as installed (held or not)."""
-    installed = {}
-    for line in dpkg_output.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[2][1:2] == "i":
-            installed[parts[0]] = parts[1]
-    return installed
 
 
 def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
@@ -69,7 +59,10 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
         if cmd.rc != 0:
             why = (cmd.stderr.strip() or f"exit {cmd.rc}").splitlines()[-1]
             return {"host": name, "error": f"cannot read installed packages: {why}"}
-        installed = installed_packages(cmd.stdout)
+        try:
+            installed = installed_versions(cmd.stdout)
+        except ParseError as exc:
+            return {"host": name, "error": f"cannot read installed packages: {exc}"}
         if "gpuboot_stack" in hostvars:
             stack = load_stack(hostvars["gpuboot_stack"])
             family = hostvars.get("gpuboot_os_family", "debian")

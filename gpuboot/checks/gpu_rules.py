@@ -7,6 +7,8 @@ from gpuboot.checks.smi import Q_FILE, QUERY_FILE, gpu_table, smi_q
 from gpuboot.collect import Evidence
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log
+from gpuboot.evidence.packages import parse_dpkg_query
+from gpuboot.stacks.versions import upstream_of
 
 # Thermal slowdown is what an over-hot GPU shows. Plain "HW Slowdown" / "HW Power Brake
 # Slowdown" without a thermal cause is NOT judged: healthy HGX H100 captures in the corpus
@@ -167,8 +169,7 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
 
 
 def _fm_package_version(evidence: Evidence) -> str | None:
-    for line in probe(evidence, "dpkg-query_-W.txt").stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0].startswith("nvidia-fabricmanager") and parts[2][1:2] == "i":
-            return parts[1].split(":")[-1].rsplit("-", 1)[0]
+    for pkg in parse_dpkg_query(probe(evidence, "dpkg-query_-W.txt").stdout).values():
+        if pkg.name.startswith("nvidia-fabricmanager") and pkg.installed:
+            return upstream_of(pkg.version)
     return None

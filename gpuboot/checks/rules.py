@@ -9,9 +9,7 @@ reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``R
 
 from __future__ import annotations
 
-import re
-
-from gpuboot.checks import bw_rules, fabric_rules, gpu_rules
+from gpuboot.checks import bw_rules, fabric_rules, gpu_rules, stack_rules
 from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public API)
     ERROR,
     FAIL,
@@ -29,45 +27,9 @@ from gpuboot.checks.smi import gpu_table as _gpu_table
 from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.kernel_log import parse_kernel_log
-from gpuboot.evidence.modules import parse_nvidia_version
-
-
-def _upstream(debian_version: str) -> str:
-    return re.sub(r"-[^-]+$", "", debian_version.split(":", 1)[-1])
 
 
 # ------------------------------------------------------------------------- rules
-def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
-    branch, pinned = ctx.var("nvidia_driver_branch"), ctx.var("nvidia_driver_version")
-    if not branch or not pinned:
-        raise MissingEvidence(
-            "no driver pin (nvidia_driver_branch/_version) for this host", where=ctx.host
-        )
-    want = _upstream(str(pinned))
-    packages = {}
-    for line in probe(evidence, "dpkg-query_-W.txt").stdout.splitlines():
-        parts = line.split("\t")
-        # db:Status-Abbrev: desired state (i install, h hold...), then the actual state.
-        if len(parts) == 3 and parts[2][1:2] == "i":
-            packages[parts[0]] = parts[1]
-    utils = packages.get(f"nvidia-utils-{branch}")
-    if utils is None:
-        return f"nvidia-utils-{branch} is not installed (pinned {pinned})"
-    if utils != str(pinned):
-        return f"nvidia-utils-{branch} is {utils}, pinned {pinned}"
-    version_file = probe(evidence, "proc_driver_nvidia_version.txt")
-    if version_file.rc != 0 or not version_file.stdout.strip():
-        return f"no NVIDIA kernel module loaded (userspace {_upstream(utils)} installed)"
-    loaded = parse_nvidia_version(version_file.stdout).version
-    pending = probe(evidence, "reboot-required.txt").stdout.strip()
-    if loaded != want:
-        extra = " (reboot pending)" if pending else ""
-        return f"kernel module {loaded} loaded, userspace and pin are {want}{extra}"
-    if pending:
-        return f"reboot pending: {pending.splitlines()[0]}"
-    return None
-
-
 def check_gpu_count(evidence: Evidence, ctx: NodeContext) -> str | None:
     expected = int(ctx.profile["hardware"]["gpu"]["count"])
     model = ctx.profile["hardware"]["gpu"].get("model")
@@ -135,8 +97,17 @@ RULES: tuple[Rule, ...] = (
         "driver userspace and kernel module match the pin",
         FAIL,
         "reinstall the stack (`gpuboot install`), then reboot the node",
-        check_driver_versions,
+        stack_rules.check_driver_versions,
         ("dpkg-query_-W.txt", "proc_driver_nvidia_version.txt", "reboot-required.txt"),
+    ),
+    Rule(
+        "STK-002",
+        "every package the stack pins installed at its version and held",
+        FAIL,
+        "re-pin the stack (`gpuboot install --full`): it installs the pinned versions and "
+        "holds them; find who ran `apt-mark unhold` or upgraded past the hold",
+        stack_rules.check_pinned_packages,
+        ("dpkg-query_-W.txt", "apt-mark_showhold.txt"),
     ),
     Rule(
         "GPU-001",

@@ -135,6 +135,19 @@ def test_any_drift_runs_the_roles(lab, drift):
     assert converged_check(lab).startswith("state and desired state match"), drift
 
 
+def test_a_released_hold_fails_certification(lab):
+    # The compliance side of the same drift: certify (and so a scheduled scan) names it.
+    ssh_ok(lab, "apt-mark unhold datacenter-gpu-manager")
+    try:
+        proc = gpuboot("certify", "-i", str(lab.inventory), "--probes", "none", "--json")
+    finally:
+        ssh_ok(lab, "apt-mark hold datacenter-gpu-manager")
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    (node,) = json.loads(proc.stdout)["nodes"]
+    failed = {f["rule"]: f["reason"] for f in node["findings"] if f["status"] != "PASS"}
+    assert failed == {"STK-002": "not held: datacenter-gpu-manager"}, failed
+
+
 def test_a_drifted_node_is_repaired_then_skipped_again(lab):
     gpuboot("lab", "fault", "--name", lab.name, "node1", "qos-drift", check_rc=0)
     repaired = install(lab)

@@ -1,0 +1,96 @@
+"""Software stack rules: the driver that runs is the pinned one (STK-001), and every package
+the stack pins is installed at its version and held (STK-002), so a later unhold or
+upgrade shows up in the next compliance scan."""
+
+from __future__ import annotations
+
+from gpuboot.checks.base import MissingEvidence, NodeContext, ProbeFailed, Result, probe
+from gpuboot.collect import Evidence
+from gpuboot.evidence.modules import parse_nvidia_version
+from gpuboot.evidence.packages import parse_dpkg_query, parse_showhold
+from gpuboot.stacks.versions import upstream_of
+
+DPKG = "dpkg-query_-W.txt"
+SHOWHOLD = "apt-mark_showhold.txt"
+# Pin lists as the roles take them (gpuboot.stacks.role_vars), with the switch that turns
+# each one off. The kernel is pinned only where gpuboot manages it (not in the lab).
+PIN_LISTS = (
+    ("kernel_packages", "gpuboot_baseline_manage_kernel"),
+    ("doca_ofed_packages", "doca_ofed_enabled"),
+    ("nvidia_driver_packages", None),
+    ("nvidia_fabricmanager_packages", "nvidia_fabricmanager_enabled"),
+    ("nvidia_nscq_packages", "nvidia_nscq_enabled"),
+    ("cuda_toolkit_packages", "cuda_toolkit_enabled"),
+    ("nvidia_fs_packages", "nvidia_fs_enabled"),
+    ("nvidia_container_toolkit_packages", "nvidia_container_toolkit_enabled"),
+    ("dcgm_packages", "dcgm_enabled"),
+)
+
+
+def _read(evidence: Evidence, name: str) -> str:
+    out = probe(evidence, name)
+    if out.rc != 0:
+        first = (out.stderr.strip() or f"exit {out.rc}").splitlines()[0]
+        raise ProbeFailed(f"{name}: {first}", where=name)
+    return out.stdout
+
+
+def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
+    branch, pinned = ctx.var("nvidia_driver_branch"), ctx.var("nvidia_driver_version")
+    if not branch or not pinned:
+        raise MissingEvidence(
+            "no driver pin (nvidia_driver_branch/_version) for this host", where=ctx.host
+        )
+    want = upstream_of(str(pinned))
+    utils = parse_dpkg_query(probe(evidence, DPKG).stdout).get(f"nvidia-utils-{branch}")
+    if utils is None or not utils.installed:
+        return f"nvidia-utils-{branch} is not installed (pinned {pinned})"
+    if utils.version != str(pinned):
+        return f"nvidia-utils-{branch} is {utils.version}, pinned {pinned}"
+    version_file = probe(evidence, "proc_driver_nvidia_version.txt")
+    if version_file.rc != 0 or not version_file.stdout.strip():
+        return f"no NVIDIA kernel module loaded (userspace {upstream_of(utils.version)} installed)"
+    loaded = parse_nvidia_version(version_file.stdout).version
+    pending = probe(evidence, "reboot-required.txt").stdout.strip()
+    if loaded != want:
+        extra = " (reboot pending)" if pending else ""
+        return f"kernel module {loaded} loaded, userspace and pin are {want}{extra}"
+    if pending:
+        return f"reboot pending: {pending.splitlines()[0]}"
+    return None
+
+
+def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:
+    """(name, version) of every package the host's stack pins (apt ``name=version``)."""
+    pins = []
+    for var, switch in PIN_LISTS:
+        if switch is not None and ctx.var(switch, True) is False:
+            continue
+        for spec in ctx.var(var) or ():
+            name, _, version = str(spec).partition("=")
+            pins.append((name, version))
+    return pins
+
+
+def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str | None:
+    pins = pinned_packages(ctx)
+    if not pins:
+        # A host pinned by nvidia_driver_* alone has no package lists: STK-001 covers it.
+        return Result("PASS", "no stack package pins for this host", applicable=False)
+    packages = parse_dpkg_query(_read(evidence, DPKG))
+    held = parse_showhold(_read(evidence, SHOWHOLD))
+    missing, moved, loose = [], [], []
+    for name, version in pins:
+        pkg = packages.get(name)
+        if pkg is None or not pkg.installed:
+            missing.append(f"{name}={version}")
+        elif pkg.version != version:
+            moved.append(f"{name} {pkg.version} (pinned {version})")
+        elif name not in held:
+            loose.append(name)
+    problems = [
+        f"{label}: {', '.join(items)}"
+        for label, items in (("not installed", missing), ("moved", moved), ("not held", loose))
+        if items
+    ]
+    return "; ".join(problems) or None

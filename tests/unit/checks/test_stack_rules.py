@@ -1,0 +1,75 @@
+"""STK-002 on real dpkg/apt captures from a lab node converged to the 550 LTS stack,
+then drifted (one package unheld, the container toolkit removed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuboot.checks import rules
+from gpuboot.checks.base import NodeContext
+from gpuboot.collect import ProbeOutput
+from gpuboot.stacks import load_stack, role_vars
+
+DPKG = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "dpkg"
+STACK_VARS = {**role_vars(load_stack("lts-550-cuda12.4")), "gpuboot_baseline_manage_kernel": False}
+
+
+def _evidence(state: str, showhold_rc: int = 0) -> dict[str, ProbeOutput]:
+    return {
+        "dpkg-query_-W.txt": ProbeOutput((DPKG / f"dpkg-query_-W.{state}.txt").read_text(), "", 0),
+        "apt-mark_showhold.txt": ProbeOutput(
+            (DPKG / f"apt-mark_showhold.{state}.txt").read_text(),
+            "E: Could not open lock file" if showhold_rc else "",
+            showhold_rc,
+        ),
+    }
+
+
+def _stk002(evidence, **hostvars):
+    ctx = NodeContext("node1", {"hardware": {}}, {**STACK_VARS, **hostvars})
+    (finding,) = rules.evaluate(evidence, ctx, only=["STK-002"])
+    return finding
+
+
+def test_converged_node_passes():
+    finding = _stk002(_evidence("converged"))
+    assert finding.status == "PASS" and finding.applicable
+
+
+def test_drift_names_every_package_and_how():
+    finding = _stk002(_evidence("drifted"))
+    assert finding.status == "FAIL"
+    assert "not installed: nvidia-container-toolkit=1.17.8-1, nvidia-container-toolkit-base=" in (
+        finding.reason
+    )
+    assert "not held: datacenter-gpu-manager" in finding.reason
+    assert "gpuboot install --full" in finding.action
+
+
+def test_version_moved_past_the_pin():
+    finding = _stk002(_evidence("converged"), dcgm_packages=["datacenter-gpu-manager=1:3.3.8"])
+    assert finding.status == "FAIL"
+    assert finding.reason == "moved: datacenter-gpu-manager 1:3.3.9 (pinned 1:3.3.8)"
+
+
+def test_managed_kernel_is_part_of_the_pins():
+    finding = _stk002(_evidence("converged"), gpuboot_baseline_manage_kernel=True)
+    assert finding.status == "FAIL" and "linux-image-5.15.0-119-generic=5.15.0-119.129" in (
+        finding.reason
+    )
+
+
+def test_disabled_component_is_not_asked_for():
+    finding = _stk002(_evidence("drifted"), nvidia_container_toolkit_enabled=False)
+    assert finding.reason == "not held: datacenter-gpu-manager"
+
+
+def test_host_without_stack_lists_is_not_applicable():
+    ctx = NodeContext("n", {"hardware": {}}, {"nvidia_driver_branch": "550"})
+    (finding,) = rules.evaluate(_evidence("drifted"), ctx, only=["STK-002"])
+    assert finding.status == "PASS" and not finding.applicable
+
+
+def test_failed_showhold_is_error_not_fail():
+    finding = _stk002(_evidence("converged", showhold_rc=100))
+    assert finding.status == "ERROR" and "lock file" in finding.reason
