@@ -49,7 +49,7 @@ test-unit: $(STAMPS)/venv
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot tests bench
 	$(BIN)/ruff format --check gpuboot tests bench
-	$(BIN)/yamllint roles playbooks molecule
+	$(BIN)/yamllint roles playbooks molecule .config
 	$(BIN)/ansible-lint --profile production --nocolor -q roles playbooks
 
 bench: setup

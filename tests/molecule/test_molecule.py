@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .summary import verifier_summary
+from .harness import molecule, verifier_summary
 
 pytestmark = pytest.mark.molecule
-PROJECT = Path(__file__).parents[2]
 
 
-def molecule(*args: str, inventory: Path) -> subprocess.CompletedProcess[str]:
-    venv_bin = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        "PATH": f"{venv_bin}:{os.environ['PATH']}",
-        "GPUBOOT_MOLECULE_INVENTORY": str(inventory),
-        "PY_COLORS": "0",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    return subprocess.run(
-        [f"{venv_bin}/molecule", *args],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-
-
-def test_default_scenario_converges_is_idempotent_and_verifies(make_lab):
+def test_default_scenario_converges_is_idempotent_and_verifies(make_lab, tmp_path):
     lab = make_lab(nodes=2)  # molecule.yml names node1 and node2 as its platforms
-    proc = molecule("test", "-s", "default", inventory=lab.inventory)
+    proc = molecule("test", "-s", "default", inventory=lab.inventory, state=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "idempotence] Executed: Successful" in out
@@ -60,7 +38,7 @@ def test_default_scenario_converges_is_idempotent_and_verifies(make_lab):
         check=True,
         capture_output=True,
     )
-    proc = molecule("verify", "-s", "default", inventory=lab.inventory)
+    proc = molecule("verify", "-s", "default", inventory=lab.inventory, state=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "XID-001" in out and "Xid 79" in out

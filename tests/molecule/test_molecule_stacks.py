@@ -4,20 +4,16 @@ checks as verifier against the stack the node ends on."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from gpuboot.stacks import load_stack, role_vars
 
-from .summary import verifier_summary
+from .harness import molecule, verifier_summary
 
 pytestmark = pytest.mark.molecule
-PROJECT = Path(__file__).parents[2]
 LTS, PROD = "lts-550-cuda12.4", "prod-570-cuda12.8"
 
 
@@ -39,25 +35,9 @@ def test_stack_change_scenario(make_lab, tmp_path, scenario, from_stack, to_stac
         path = tmp_path / f"{stack}.yml"
         path.write_text(yaml.safe_dump(role_vars(load_stack(stack))))
         files[key] = str(path)
-    venv_bin = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        **files,
-        "PATH": f"{venv_bin}:{os.environ['PATH']}",
-        "GPUBOOT_MOLECULE_INVENTORY": str(lab.inventory),
-        "GPUBOOT_MOLECULE_LAB": lab.name,
-        "GPUBOOT_PYTHON": sys.executable,
-        "PY_COLORS": "0",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    proc = subprocess.run(
-        [f"{venv_bin}/molecule", "test", "-s", scenario],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    env = {**files, "GPUBOOT_MOLECULE_LAB": lab.name, "GPUBOOT_PYTHON": sys.executable}
+    state = tmp_path / "molecule"
+    proc = molecule("test", "-s", scenario, inventory=lab.inventory, state=state, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "idempotence] Executed: Successful" in out
