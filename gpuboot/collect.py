@@ -47,6 +47,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("proc_driver_nvidia_version.txt", "cat {procfs}/driver/nvidia/version"),
     Probe("dpkg-query_-W.txt", DPKG_QUERY),
     Probe("apt-mark_showhold.txt", "apt-mark showhold"),
+    Probe("apt-config_dump_Unattended-Upgrade.txt", "apt-config dump Unattended-Upgrade"),
     Probe("reboot-required.txt", "cat /var/run/reboot-required* 2>/dev/null; true"),
 )
 

@@ -110,6 +110,15 @@ RULES: tuple[Rule, ...] = (
         ("dpkg-query_-W.txt", "apt-mark_showhold.txt"),
     ),
     Rule(
+        "STK-003",
+        "unattended-upgrades blacklists every package the stack pins",
+        FAIL,
+        "re-apply the OS baseline (`gpuboot install --tags baseline`): it writes "
+        "/etc/apt/apt.conf.d/51gpuboot-unattended-upgrades",
+        stack_rules.check_unattended_blacklist,
+        ("apt-config_dump_Unattended-Upgrade.txt",),
+    ),
+    Rule(
         "GPU-001",
         "GPU count and model as the profile expects",
         FAIL,

@@ -1,17 +1,26 @@
-"""Software stack rules: the driver that runs is the pinned one (STK-001), and every package
+"""Software stack rules: the driver that runs is the pinned one (STK-001), every package
 the stack pins is installed at its version and held (STK-002), so a later unhold or
-upgrade shows up in the next compliance scan."""
+upgrade shows up in the next compliance scan, and unattended-upgrades is told to leave
+every pinned package alone (STK-003), the OS baseline's second fence behind the holds."""
 
 from __future__ import annotations
+
+import re
 
 from gpuboot.checks.base import MissingEvidence, NodeContext, ProbeFailed, Result, probe
 from gpuboot.collect import Evidence
 from gpuboot.evidence.modules import parse_nvidia_version
-from gpuboot.evidence.packages import parse_dpkg_query, parse_showhold
+from gpuboot.evidence.packages import (
+    UU_BLACKLIST,
+    parse_apt_config_list,
+    parse_dpkg_query,
+    parse_showhold,
+)
 from gpuboot.stacks.versions import upstream_of
 
 DPKG = "dpkg-query_-W.txt"
 SHOWHOLD = "apt-mark_showhold.txt"
+APT_CONFIG = "apt-config_dump_Unattended-Upgrade.txt"
 # Pin lists as the roles take them (gpuboot.stacks.role_vars), with the switch that turns
 # each one off. The kernel is pinned only where gpuboot manages it (not in the lab).
 PIN_LISTS = (
@@ -94,3 +103,19 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
         if items
     ]
     return "; ".join(problems) or None
+
+
+def check_unattended_blacklist(evidence: Evidence, ctx: NodeContext) -> Result | str | None:
+    if ctx.var("gpuboot_os_family", "debian") != "debian":
+        return Result("PASS", "unattended-upgrades is Debian's", applicable=False)
+    pins = pinned_packages(ctx)
+    if not pins:
+        return Result("PASS", "no stack package pins for this host", applicable=False)
+    patterns = parse_apt_config_list(_read(evidence, APT_CONFIG), UU_BLACKLIST)
+    try:
+        # unattended-upgrades matches each entry as a Python regular expression (re.match).
+        compiled = [re.compile(p) for p in patterns]
+    except re.error as exc:
+        return f"{UU_BLACKLIST} holds an invalid regular expression: {exc}"
+    loose = [name for name, _ in pins if not any(rx.match(name) for rx in compiled)]
+    return f"unattended-upgrades may upgrade: {', '.join(loose)}" if loose else None

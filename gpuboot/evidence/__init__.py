@@ -34,6 +34,12 @@ from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json, parse_nvbandwid
 from gpuboot.evidence.nvidia_smi_csv import parse_query_gpu_csv
 from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q, parse_nvidia_smi_q_xml
 from gpuboot.evidence.nvlink import parse_nvlink_errors, parse_nvlink_status
+from gpuboot.evidence.packages import (
+    UU_BLACKLIST,
+    parse_apt_config_list,
+    parse_dpkg_query,
+    parse_showhold,
+)
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.evidence.topo import parse_topo_matrix
 
@@ -67,6 +73,11 @@ PARSERS: dict[str, Parser] = {
     "lsmod.txt": parse_lsmod,
     "proc_driver_nvidia_version.txt": parse_nvidia_version,
     "modinfo_*": parse_modinfo,
+    "dpkg-query_-W*": parse_dpkg_query,
+    "apt-mark_showhold*": parse_showhold,
+    "apt-config_dump_Unattended-Upgrade*": functools.partial(
+        parse_apt_config_list, key=UU_BLACKLIST
+    ),
 }
 
 _QUERY = re.compile(r"--query-gpu=([^_]+)")

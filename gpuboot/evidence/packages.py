@@ -1,5 +1,5 @@
-"""Package facts: ``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'``
-and ``apt-mark showhold``.
+"""Package facts: ``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'``,
+``apt-mark showhold`` and ``apt-config dump`` lists.
 
 ``db:Status-Abbrev`` is three characters (dpkg-query(1)): the desired action
 (u unknown, i install, h hold, r remove, p purge), the package state (n not-installed,
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpuboot.errors import ParseError
 
 DPKG_QUERY = "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
+UU_BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,19 @@ def installed_versions(text: str) -> dict[str, str]:
 def parse_showhold(text: str) -> set[str]:
     """Names apt-mark reports held (the architecture qualifier dropped)."""
     return {line.strip().split(":", 1)[0] for line in text.splitlines() if line.strip()}
+
+
+def parse_apt_config_list(text: str, key: str) -> list[str]:
+    """Values of a list option in ``apt-config dump`` output, whose entries print as
+    ``Unattended-Upgrade::Package-Blacklist:: "^nvidia-";`` (the bare key line carries
+    the empty scalar ``""`` and is skipped)."""
+    prefix = f"{key}:: "
+    values = []
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        value = line[len(prefix) :].strip()
+        if not (value.startswith('"') and value.endswith('";')):
+            raise ParseError("apt-config", f"unreadable list entry: {line[:80]!r}")
+        values.append(value[1:-2])
+    return values

@@ -29,8 +29,12 @@ COMPONENTS = {
     "nvidia_container_toolkit": ("nvidia_container_toolkit",),
     "dcgm": ("dcgm",),
 }
+# Roles that guard the whole stack rather than install part of it: their node carries
+# every pin of the stack.
+WHOLE_STACK = {"gpuboot_baseline"}
 # Scenario -> a command that undoes part of the role's work, and the rule that must say so.
 UNDO = {
+    "gpuboot_baseline": ("rm /etc/apt/apt.conf.d/51gpuboot-unattended-upgrades", "STK-003"),
     "doca_ofed": ("apt-mark unhold doca-ofed", "STK-002"),
     "nvidia_driver": ("apt-mark unhold nvidia-utils-550", "STK-002"),
     "nvidia_fabricmanager": ("systemctl stop nvidia-fabricmanager", "FAB-001"),
@@ -77,7 +81,8 @@ def test_role_scenario(make_lab, tmp_path, scenario):
     lab = make_lab(nodes=1, stack=STACK)
     try:
         doc = yaml.safe_load(lab.inventory.read_text())
-        doc["all"]["vars"].update(scoped_vars(role_vars(load_stack(STACK)), roles))
+        pins = role_vars(load_stack(STACK))
+        doc["all"]["vars"].update(pins if scenario in WHOLE_STACK else scoped_vars(pins, roles))
         # The scoped pins stand alone: no stack name for certify to re-apply in full.
         doc["all"]["vars"].pop("gpuboot_stack")
         lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))

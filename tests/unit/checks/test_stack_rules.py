@@ -73,3 +73,32 @@ def test_host_without_stack_lists_is_not_applicable():
 def test_failed_showhold_is_error_not_fail():
     finding = _stk002(_evidence("converged", showhold_rc=100))
     assert finding.status == "ERROR" and "lock file" in finding.reason
+
+
+def _stk003(state: str, **hostvars):
+    text = (DPKG / f"apt-config_dump_Unattended-Upgrade.{state}.txt").read_text()
+    evidence = {"apt-config_dump_Unattended-Upgrade.txt": ProbeOutput(text, "", 0)}
+    ctx = NodeContext("node1", {"hardware": {}}, {**STACK_VARS, **hostvars})
+    (finding,) = rules.evaluate(evidence, ctx, only=["STK-003"])
+    return finding
+
+
+def test_baseline_blacklist_covers_every_pinned_package():
+    assert _stk003("converged").status == "PASS"
+
+
+def test_missing_blacklist_names_the_packages_it_leaves_open():
+    finding = _stk003("drifted")
+    assert finding.status == "FAIL" and "--tags baseline" in finding.action
+    assert finding.reason.startswith("unattended-upgrades may upgrade: doca-ofed, nvidia-driver-")
+    assert "datacenter-gpu-manager" in finding.reason
+
+
+def test_a_pin_no_pattern_matches_is_named():
+    finding = _stk003("converged", dcgm_packages=["dcgm-exporter=4.1.1-1"])
+    assert finding.reason == "unattended-upgrades may upgrade: dcgm-exporter"
+
+
+def test_not_applicable_off_debian():
+    finding = _stk003("drifted", gpuboot_os_family="redhat")
+    assert finding.status == "PASS" and not finding.applicable

@@ -7,7 +7,9 @@ import pytest
 
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
+    UU_BLACKLIST,
     installed_versions,
+    parse_apt_config_list,
     parse_dpkg_query,
     parse_showhold,
 )
@@ -49,3 +51,16 @@ def test_showhold_drops_the_architecture_qualifier():
 def test_unreadable_line_is_a_parse_error(text):
     with pytest.raises(ParseError, match="dpkg-query"):
         parse_dpkg_query(text)
+
+
+def test_apt_config_list_from_a_converged_node(read):
+    text = read("dpkg/apt-config_dump_Unattended-Upgrade.converged.txt")
+    patterns = parse_apt_config_list(text, UU_BLACKLIST)
+    assert patterns[:2] == ["^nvidia-", "^libnvidia-"] and "^datacenter-gpu-manager" in patterns
+    assert parse_apt_config_list(text, "Unattended-Upgrade::Package-Whitelist") == []
+    assert parse_apt_config_list("", UU_BLACKLIST) == []  # the config file gone
+
+
+def test_unreadable_apt_config_entry_is_a_parse_error():
+    with pytest.raises(ParseError, match="apt-config"):
+        parse_apt_config_list(f"{UU_BLACKLIST}:: ^nvidia-\n", UU_BLACKLIST)

@@ -34,6 +34,9 @@ from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q, parse_nvidia_smi_q
         "lsmod.txt",
         "proc_driver_nvidia_version.txt",
         "modinfo_nvidia_peermem.txt",
+        "dpkg-query_-W.txt",
+        "apt-mark_showhold.txt",
+        "apt-config_dump_Unattended-Upgrade.txt",
     ],
 )
 def test_every_probe_name_has_a_parser(name):
