@@ -62,6 +62,10 @@ class ProbeOutput:
 Evidence = dict[str, ProbeOutput]
 
 
+def ecn_file(netdev: str) -> str:
+    return f"sys_class_net_{netdev}_ecn_enable.txt"
+
+
 def state_probes(profile: dict[str, Any] | None) -> tuple[Probe, ...]:
     """PROBES plus what the SKU's hardware calls for (NVLink, NICs and their QoS, fabric
     manager): cheap reads, collected at every probe level."""
@@ -87,6 +91,10 @@ def state_probes(profile: dict[str, Any] | None) -> tuple[Probe, ...]:
             if nic.get("link_layer") == "Ethernet":
                 dev = nic["netdev"]
                 extra.append(Probe(f"mlnx_qos_-i_{dev}.txt", f"mlnx_qos -i {shlex.quote(dev)}"))
+                ecn = shlex.quote(f"{{sysfs}}/class/net/{dev}/ecn")
+                extra.append(
+                    Probe(ecn_file(dev), f"grep -H . {ecn}/roce_np/enable/* {ecn}/roce_rp/enable/*")
+                )
     return PROBES + tuple(extra)
 
 

@@ -12,11 +12,12 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
-from gpuboot.collect import Evidence
+from gpuboot.collect import Evidence, ecn_file
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.mlnx_qos import parse_mlnx_qos
 from gpuboot.evidence.modules import parse_lsmod
 from gpuboot.evidence.nvlink import parse_nvlink_errors, parse_nvlink_status
+from gpuboot.evidence.roce_ecn import parse_ecn_enable
 
 NVLINK_S = "nvidia-smi_nvlink_-s.txt"
 NVLINK_E = "nvidia-smi_nvlink_-e.txt"
@@ -153,6 +154,30 @@ def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
             problems.append(f"{nic['netdev']} trust {qos.trust_state}, want {trust}")
         if on != prios:
             problems.append(f"{nic['netdev']} PFC on priorities {on or 'none'}, want {prios}")
+    return "; ".join(problems) or None
+
+
+def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """DCQCN on the RoCE priorities: the NIC answers CE marks with CNPs (notification
+    point) and slows down on CNPs (reaction point); without it the switch's ECN marking
+    is ignored and only PFC pauses are left."""
+    if why := _needs_ofed(ctx):
+        return not_applicable(why)
+    eth = [n for n in ctx.hardware["nics"] if n.get("link_layer") == "Ethernet"]
+    if not eth:
+        return not_applicable("no RoCE (Ethernet) NIC on this SKU")
+    prios = sorted(int(p) for p in ctx.var("gpuboot_roce_pfc_priorities", [3]))
+    problems = []
+    for nic in eth:
+        switches = parse_ecn_enable(_read(evidence, ecn_file(nic["netdev"])))
+        off = [
+            f"{proto} {prio}"
+            for prio in prios
+            for proto in ("roce_np", "roce_rp")
+            if not switches.get((proto, prio), False)
+        ]
+        if off:
+            problems.append(f"{nic['netdev']} ECN off on {', '.join(off)}")
     return "; ".join(problems) or None
 
 

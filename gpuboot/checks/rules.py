@@ -232,6 +232,15 @@ RULES: tuple[Rule, ...] = (
         ("mlnx_qos_-i_*.txt",),
     ),
     Rule(
+        "NIC-003",
+        "RoCE congestion control: ECN (DCQCN) on the RoCE priority",
+        FAIL,
+        "re-apply the QoS settings (`gpuboot install --tags qos`; "
+        "`echo 1 > /sys/class/net/IF/ecn/roce_np/enable/3`, same for roce_rp)",
+        fabric_rules.check_roce_ecn,
+        ("sys_class_net_*_ecn_enable.txt",),
+    ),
+    Rule(
         "MOD-001",
         "required kernel modules loaded",
         FAIL,

@@ -41,6 +41,7 @@ from gpuboot.evidence.packages import (
     parse_showhold,
 )
 from gpuboot.evidence.perftest import parse_ib_write_bw
+from gpuboot.evidence.roce_ecn import parse_ecn_enable
 from gpuboot.evidence.topo import parse_topo_matrix
 
 Parser = Callable[[str], Any]
@@ -73,6 +74,7 @@ PARSERS: dict[str, Parser] = {
     "lsmod.txt": parse_lsmod,
     "proc_driver_nvidia_version.txt": parse_nvidia_version,
     "modinfo_*": parse_modinfo,
+    "sys_class_net_*_ecn_enable*": parse_ecn_enable,
     "dpkg-query_-W*": parse_dpkg_query,
     "apt-mark_showhold*": parse_showhold,
     "apt-config_dump_Unattended-Upgrade*": functools.partial(

@@ -44,6 +44,10 @@ modprobe mlx5_ib || true
 for t in nvbandwidth all_reduce_perf; do test -x /usr/bin/$t; done
 for i in $(grep -o '"netdev": "[^"]*"' /etc/gpuemu/profile.json | cut -d'"' -f4); do
   mlnx_qos -i "$i" --trust dscp --pfc 0,0,0,1,0,0,0,0 >/dev/null 2>&1 || true
+  for f in /run/gpuemu/sys/class/net/"$i"/ecn/roce_np/enable/3 \
+           /run/gpuemu/sys/class/net/"$i"/ecn/roce_rp/enable/3; do
+    if [ -e "$f" ]; then echo 1 >"$f"; fi
+  done
 done
 """
 NODES = [f"node{i}" for i in range(1, 7)]

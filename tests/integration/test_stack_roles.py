@@ -84,6 +84,7 @@ def test_an_unchanged_node_skips_the_roles(lab):
 
 
 DCGM_PIN = "/etc/apt/preferences.d/gpuboot-dcgm"
+ECN_SWITCH = "/run/gpuemu/sys/class/net/enp26s0np0/ecn/roce_np/enable/3"  # the lab's sysfs
 # What the install roles manage, drifted one part at a time, how to put it back, and
 # the part of the fingerprint that must notice.
 DRIFTS = {
@@ -96,6 +97,11 @@ DRIFTS = {
         f"cp {DCGM_PIN} /root/pin && echo '# local' >> {DCGM_PIN}",
         f"mv /root/pin {DCGM_PIN}",
         "files",
+    ),
+    "ECN switched off": (
+        f"echo 0 > {ECN_SWITCH}",
+        f"echo 1 > {ECN_SWITCH}",
+        "qos",
     ),
     "service stopped": ("systemctl stop nvidia-dcgm", "systemctl start nvidia-dcgm", "units"),
     "module unloaded": ("modprobe -r nvidia_peermem", "modprobe nvidia_peermem", "modules"),

@@ -43,7 +43,16 @@ def full_node(tmp: Path, profile: str = "hgx-h100-sxm-8gpu") -> EmuNode:
     n.run("ctl", "boot", "--force", check=True)
     for nic in n.profile["hardware"]["nics"]:
         n.run("mlnx_qos", "-i", nic["netdev"], "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0")
+        if nic["link_layer"] == "Ethernet":
+            set_ecn(n, nic["netdev"], "1")
     return n
+
+
+def set_ecn(node: EmuNode, netdev: str, value: str, prio: int = 3) -> None:
+    """What `echo VALUE > /sys/class/net/NETDEV/ecn/roce_{np,rp}/enable/PRIO` does."""
+    for proto in ("roce_np", "roce_rp"):
+        path = node.root / f"run/gpuemu/sys/class/net/{netdev}/ecn/{proto}/enable/{prio}"
+        path.write_text(value + "\n")
 
 
 def collect(node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...] = ()) -> Evidence:
@@ -85,4 +94,4 @@ def dpkg_line(version: str = "550.54.15-1") -> str:
     return f"nvidia-fabricmanager-550\t{version}\tii \nnvidia-utils-550\t{version}\tii \n"
 
 
-__all__ = ["Daemon", "EmuNode", "collect", "ctx", "dpkg_line", "full_node", "os"]
+__all__ = ["Daemon", "EmuNode", "collect", "ctx", "dpkg_line", "full_node", "os", "set_ecn"]

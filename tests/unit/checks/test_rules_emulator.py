@@ -4,7 +4,7 @@ fault kind the lab can inject fails (or warns) the rule that names it - and only
 from __future__ import annotations
 
 import pytest
-from _emunode import Daemon, collect, ctx, dpkg_line, full_node
+from _emunode import Daemon, collect, ctx, dpkg_line, full_node, set_ecn
 
 from gpuboot.checks import rules
 from gpuboot.collect import ProbeOutput
@@ -73,6 +73,13 @@ def test_each_fault_names_its_rule(node, tmp_path, fault, expected):
     assert set(got.values()) <= {"ERROR"}, got
     if expected:
         assert next(iter(found[r] for r in expected)).action
+
+
+def test_ecn_off_on_one_rail_fails_nic_003(node, tmp_path):
+    set_ecn(node, "enp26s0np0", "0")
+    found = _judge(node, tmp_path)
+    assert _not_pass(found) == {"NIC-003": "FAIL"}
+    assert found["NIC-003"].reason == "enp26s0np0 ECN off on roce_np 3, roce_rp 3"
 
 
 def test_fabric_manager_not_running_fails_fab_001(node, tmp_path):

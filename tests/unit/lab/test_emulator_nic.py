@@ -166,3 +166,27 @@ def test_ib_write_bw_server_nic_fails_while_waiting(tmp_path):
     server.communicate(timeout=20)
     assert res.rc == 1 and server.returncode == 1
     assert "Failed to exchange data between server and clients" in res.err
+
+
+def test_ecn_switches_are_sysfs_files_the_driver_owns(node):
+    enable = node.root / "run/gpuemu/sys/class/net/enp26s0np0/ecn/roce_np/enable"
+    assert sorted(p.name for p in enable.iterdir()) == [str(p) for p in range(8)]
+    assert (enable / "3").read_text() == "0\n"  # modelled default: off until configured
+    (enable / "3").write_text("1\n")  # what `echo 1 > .../enable/3` does on a real node
+    node.run("mlnx_qos", "-i", "enp26s0np0", "--trust", "dscp", check=True)  # a state change
+    assert (enable / "3").read_text() == "1\n"  # sync keeps what was written
+    node.run("modprobe", "-r", "mlx5_ib", check=True)
+    assert not enable.exists()  # no driver, no attributes
+    node.run("modprobe", "mlx5_ib", check=True)
+    assert (enable / "3").read_text() == "0\n"  # reloaded: the driver's default again
+    (enable / "3").write_text("1\n")
+    node.run("ctl", "boot", "--force", check=True)
+    assert (enable / "3").read_text() == "0\n"  # and after a reboot
+
+
+def test_ecn_only_on_ethernet_ports(node):
+    net = node.root / "run/gpuemu/sys/class/net"
+    ethernet = {
+        n["netdev"] for n in node.profile["hardware"]["nics"] if n["link_layer"] == "Ethernet"
+    }
+    assert {p.name for p in net.iterdir()} == ethernet

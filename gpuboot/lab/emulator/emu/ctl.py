@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from . import faults, kmod, kmsg, model, paths, state
+from . import faults, kfiles, kmod, kmsg, model, paths, state
 from .state import EmuError, Node
 
 KERNEL_TOOLS = ["lsmod", "modprobe", "rmmod", "modinfo", "dmesg"]
@@ -135,6 +135,7 @@ def boot(force: bool = False) -> int:
         if node.vstate.get("booted") and not force:
             return 0
         kmsg.clear()
+        kfiles.reset_net_class()
         node.vstate = state.new_vstate()
         node.vstate["boot_time"] = container_start_time()
         node.pstate["boot_count"] = int(node.pstate.get("boot_count", 0)) + 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from . import kmod, model, paths, state
+from . import kmod, model, nic, paths, state
 from .state import Node
 
 
@@ -21,7 +21,38 @@ def _write(path: str, text: str) -> None:
     state.write_atomic(path, text)
 
 
+# mlx5 RoCE congestion control (DCQCN) switches, per netdev, per protocol, per priority:
+# /sys/class/net/<netdev>/ecn/<roce_np|roce_rp>/enable/<0..7>, "1" or "0". Writes go
+# straight to these files (as to the real attributes), so sync only creates what is
+# missing and drops them while the driver is unloaded; a boot starts from the default.
+ECN_PROTOCOLS = ("roce_np", "roce_rp")
+ECN_DEFAULT = "0\n"
+
+
+def ecn_dir(netdev: str) -> str:
+    return f"{paths.SYS}/class/net/{netdev}/ecn"
+
+
+def reset_net_class() -> None:
+    """Driver attributes do not outlive the kernel: a boot drops them."""
+    shutil.rmtree(paths.p(paths.SYS + "/class/net"), ignore_errors=True)
+
+
+def _sync_ecn(node: Node) -> None:
+    visible = {n["netdev"] for n in nic.nics_visible(node) if n["link_layer"] == "Ethernet"}
+    for n in model.nic_list(node):
+        if n["netdev"] not in visible:
+            shutil.rmtree(paths.p(ecn_dir(n["netdev"])), ignore_errors=True)
+            continue
+        for proto in ECN_PROTOCOLS:
+            for prio in range(8):
+                path = paths.p(f"{ecn_dir(n['netdev'])}/{proto}/enable/{prio}")
+                if not os.path.exists(path):
+                    state.write_atomic(f"{ecn_dir(n['netdev'])}/{proto}/enable/{prio}", ECN_DEFAULT)
+
+
 def sync(node: Node) -> None:
+    _sync_ecn(node)
     mods = kmod.loaded(node)
     sys_module = paths.p(paths.SYS + "/module")
     os.makedirs(sys_module, exist_ok=True)
