@@ -98,6 +98,17 @@ def _reason(res: dict[str, Any]) -> str:
     return "failed (no message)"
 
 
+# What ansible's command action answers in check mode for a command it did not run.
+WOULD_RUN = "Command would have run if not in check mode"
+
+
+def would_change(task: str, res: dict[str, Any]) -> bool:
+    """A PATCH task's command skipped only because of check mode: a real run would run it,
+    and a PATCH command runs only to change something (the roles' task-name convention),
+    so --check counts it as a change instead of a skip."""
+    return "| PATCH |" in task and res.get("msg") == WOULD_RUN
+
+
 class EventFolder:
     """Folds ansible-runner job events into per-host results as they arrive."""
 
@@ -105,6 +116,8 @@ class EventFolder:
         self.hosts: dict[str, HostResult] = {}
         self.on_update = on_update
         self.stats_seen = False
+        self.would_run: dict[str, int] = {}  # per host: commands check mode skipped
+        self._would_run_items: set[tuple[str, str]] = set()  # (host, task) of loop items
 
     def _host(self, name: str) -> HostResult:
         return self.hosts.setdefault(name, HostResult(host=name))
@@ -124,6 +137,16 @@ class EventFolder:
                 if res.get("changed"):
                     result.changed += 1
                     result.changes.append(task)
+            elif kind == "runner_item_on_skipped" and would_change(task, res):
+                # A loop task reports per item; its final skip event carries no result.
+                self._would_run_items.add((host, data.get("task_uuid", task)))
+            elif kind == "runner_on_skipped" and (
+                would_change(task, res)
+                or (host, data.get("task_uuid", task)) in self._would_run_items
+            ):
+                result.changed += 1
+                result.changes.append(task)
+                self.would_run[host] = self.would_run.get(host, 0) + 1
             elif kind == "runner_on_skipped":
                 result.skipped += 1
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -151,6 +174,10 @@ class EventFolder:
         ):
             for host, count in (stats.get(key) or {}).items():
                 setattr(self._host(host), attr, count)
+        for host, count in self.would_run.items():  # ansible counted them as skipped
+            result = self._host(host)
+            result.changed = (stats.get("changed") or {}).get(host, 0) + count
+            result.skipped = (stats.get("skipped") or {}).get(host, 0) - count
         for host in stats.get("dark") or {}:
             self._host(host).unreachable = True
 

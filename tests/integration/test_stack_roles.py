@@ -156,7 +156,13 @@ def test_a_released_hold_fails_certification(lab):
 
 def test_a_drifted_node_is_repaired_then_skipped_again(lab):
     gpuboot("lab", "fault", "--name", lab.name, "node1", "qos-drift", check_rc=0)
+    ssh_ok(lab, f"echo 0 > {ECN_SWITCH}")
+    # --check tells the truth about commands it does not run: both would run.
+    checked = [c.split(" ")[0] for c in install(lab, "--check")["changes"]]
+    assert "QOS-011" in checked and "QOS-014" in checked, checked
+    assert ssh_ok(lab, f"cat {ECN_SWITCH}").strip() == "0"  # and changed nothing
     repaired = install(lab)
+    assert ssh_ok(lab, f"cat {ECN_SWITCH}").strip() == "1"
     assert any(c.startswith("QOS-011") for c in repaired["changes"]), repaired
     assert install(lab)["task"].startswith("CONV-002")
     assert install(lab, "--full")["changed"] == 0
