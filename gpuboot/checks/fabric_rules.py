@@ -132,16 +132,27 @@ def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     return "; ".join(problems) or None
 
 
-def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
-    """Lossless RoCE: trust DSCP and PFC on exactly the RoCE priority (NVIDIA's RoCE guide
-    uses priority 3). Override with gpuboot_roce_trust / gpuboot_roce_pfc_priorities."""
+def _roce_rails(ctx: NodeContext) -> list[dict] | Result:
+    """The RoCE (Ethernet) NICs the QoS rules judge, or why they do not apply."""
     if why := _needs_ofed(ctx):
         return not_applicable(why)
     eth = [n for n in ctx.hardware["nics"] if n.get("link_layer") == "Ethernet"]
-    if not eth:
-        return not_applicable("no RoCE (Ethernet) NIC on this SKU")
+    return eth or not_applicable("no RoCE (Ethernet) NIC on this SKU")
+
+
+def _roce_priorities(ctx: NodeContext) -> list[int]:
+    """The lossless RoCE priorities (PFC and ECN on them): NVIDIA's RoCE guide uses 3."""
+    return sorted(int(p) for p in ctx.var("gpuboot_roce_pfc_priorities", [3]))
+
+
+def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """Lossless RoCE: trust DSCP and PFC on exactly the RoCE priority (NVIDIA's RoCE guide
+    uses priority 3). Override with gpuboot_roce_trust / gpuboot_roce_pfc_priorities."""
+    eth = _roce_rails(ctx)
+    if isinstance(eth, Result):
+        return eth
     trust = str(ctx.var("gpuboot_roce_trust", "dscp"))
-    prios = sorted(int(p) for p in ctx.var("gpuboot_roce_pfc_priorities", [3]))
+    prios = _roce_priorities(ctx)
     problems = []
     for nic in eth:
         name = f"mlnx_qos_-i_{nic['netdev']}.txt"
@@ -161,12 +172,10 @@ def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     """DCQCN on the RoCE priorities: the NIC answers CE marks with CNPs (notification
     point) and slows down on CNPs (reaction point); without it the switch's ECN marking
     is ignored and only PFC pauses are left."""
-    if why := _needs_ofed(ctx):
-        return not_applicable(why)
-    eth = [n for n in ctx.hardware["nics"] if n.get("link_layer") == "Ethernet"]
-    if not eth:
-        return not_applicable("no RoCE (Ethernet) NIC on this SKU")
-    prios = sorted(int(p) for p in ctx.var("gpuboot_roce_pfc_priorities", [3]))
+    eth = _roce_rails(ctx)
+    if isinstance(eth, Result):
+        return eth
+    prios = _roce_priorities(ctx)
     problems = []
     for nic in eth:
         switches = parse_ecn_enable(_read(evidence, ecn_file(nic["netdev"])))

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import re
 
-from gpuboot.checks.base import MissingEvidence, NodeContext, ProbeFailed, Result, probe
+from gpuboot.checks.base import (
+    MissingEvidence,
+    NodeContext,
+    ProbeFailed,
+    Result,
+    probe,
+    tool_failure,
+)
 from gpuboot.collect import Evidence
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (
@@ -37,10 +44,11 @@ PIN_LISTS = (
 
 
 def _read(evidence: Evidence, name: str) -> str:
+    """stdout of a package tool that must have succeeded: partial package lists would
+    name packages missing that are not."""
     out = probe(evidence, name)
-    if out.rc != 0:
-        first = (out.stderr.strip() or f"exit {out.rc}").splitlines()[0]
-        raise ProbeFailed(f"{name}: {first}", where=name)
+    if why := tool_failure(name, out):
+        raise ProbeFailed(why, where=name)
     return out.stdout
 
 
