@@ -18,6 +18,10 @@ PIN_FIX = (
     'nvidia_driver_branch (e.g. "550") and nvidia_driver_version (e.g. "550.54.15-1")'
 )
 
+# The OS families gpuboot can converge and certify. A stack's redhat pins feed
+# `gpuboot mirror --os-family redhat`; the roles, plan and checks read apt/dpkg only.
+NODE_OS_FAMILIES = ("debian",)
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -148,12 +152,32 @@ def with_stack(hostvars: dict[str, Any]) -> dict[str, Any]:
     return {**hostvars, **role_vars(stack, hostvars.get("gpuboot_os_family", "debian"))}
 
 
+def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
+    """Refuse, before any host is touched, nodes whose package manager the roles lack:
+    on a RHEL/Rocky node every apt task would fail one host at a time instead."""
+    other = {h: str(v.get("gpuboot_os_family", "debian")) for h, v in hosts.items()}
+    other = {h: fam for h, fam in other.items() if fam not in NODE_OS_FAMILIES}
+    if not other:
+        return
+    host, family = next(iter(other.items()))
+    named = ", ".join(f"{h} ({fam})" for h, fam in other.items())
+    raise ConfigError(
+        f"gpuboot_os_family {family!r} is not supported on nodes ({named}): the roles "
+        "install and pin with apt/dpkg and the checks read dpkg; the dnf/versionlock path "
+        "for RHEL/Rocky is not built",
+        where=f"{path}: {host}.gpuboot_os_family",
+        hint="run these hosts from a Debian/Ubuntu image (gpuboot_os_family: debian, the "
+        "default); `gpuboot mirror --os-family redhat` still lists a stack's RHEL packages",
+    )
+
+
 def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Every host's profile and software choice, checked before any host is touched;
     every broken compatibility rule of every host is reported at once."""
     from gpuboot.profiles import load_profile
     from gpuboot.stacks import check_stack, load_stack, role_vars
 
+    _check_os_families(path, hosts)
     problems: list[str] = []
     fixes: list[str] = []
     derived: dict[str, dict[str, Any]] = {}

@@ -97,6 +97,26 @@ def test_missing_driver_pin_names_host_and_key(tmp_path, listener):
     assert_untouched(listener)
 
 
+@pytest.mark.parametrize("verb", ["install", "plan", "certify"])
+@pytest.mark.parametrize("family", ["redhat", "suse"])
+def test_node_os_family_without_a_package_path_is_refused(tmp_path, listener, verb, family):
+    port = listener.getsockname()[1]
+    path = inventory(
+        tmp_path,
+        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_stack: lts-550-cuda12.4}\n"
+        "  hosts:\n    " + GOOD_HOST % port + "\n"
+        f"    n2: {{ansible_host: 127.0.0.1, ansible_port: {port}, gpuboot_os_family: {family}}}\n",
+    )
+    proc = gpuboot(verb, "-i", path, "--json")
+    assert proc.returncode == 2, proc.stderr
+    err = json.loads(proc.stdout)["error"]
+    assert f"'{family}' is not supported" in err["message"] and "n2 (" in err["message"]
+    assert "n1" not in err["message"]
+    assert err["where"] == f"{path}: n2.gpuboot_os_family"
+    assert "debian" in err["hint"]
+    assert_untouched(listener)
+
+
 def test_unknown_lab_profile_exits_2(tmp_path):
     proc = gpuboot(
         "lab",
