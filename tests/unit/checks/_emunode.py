@@ -76,7 +76,20 @@ def collect(node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...
     )
     # no systemd here: answer the fabric manager probe from the emulator's own state
     text = text.replace("systemctl is-active nvidia-fabricmanager", _fm_state(node))
-    out = subprocess.run(["sh", "-c", text], env=env, capture_output=True, text=True, timeout=300)
+    # A lab node's container sees only its own processes; this node shares the host's, so
+    # the probe pre-condition looks in the script's own session only (not at the probe
+    # tools a lab test runs on this host at the same time). The daemons the emulator
+    # tracks by PID stay visible (a PID namespace would hide them).
+    assert "pgrep -x" in text
+    text = text.replace("pgrep -x", "pgrep -s 0 -x")
+    out = subprocess.run(
+        ["sh", "-c", text],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     assert out.returncode == 0, out.stderr
     return unpack(out.stdout.strip())
 
