@@ -1,12 +1,15 @@
 """Bandwidth and diagnostics rules: measured figures against the SKU's bands.
 
 Each figure is the median of its runs; the band (thresholds.py) decides PASS/WARN/FAIL and
-the measurement goes into the report. A probe that did not measure - tool missing, timeout,
-unreadable output, pre-condition unmet, a pair nobody could be blamed for - is ERROR.
+the measurement goes into the report. A figure measured per NIC rail (ib_write_bw at the
+full level) is judged on its slowest rail, named in the result. A probe that did not
+measure - tool missing, timeout, unreadable output, pre-condition unmet, a pair nobody
+could be blamed for - is ERROR.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 from gpuboot.checks.base import (
@@ -157,24 +160,40 @@ def pair_check(
                 return Result(ERROR, verdict["reason"])
             if status == "pinned":
                 return Result(FAIL, verdict["reason"])
-            values = [r["value"] for r in verdict.get("runs", []) if r["ok"] and r["value"]]
-            if values:
-                return _judge(kind, values, ctx, f"{len(values)} good pair run(s)")
+            groups: dict[str, list[float]] = {}
+            for r in verdict.get("runs", []):
+                if r["ok"] and r["value"]:
+                    groups.setdefault(r.get("rail", ""), []).append(r["value"])
+            if groups:
+                runs = sum(len(v) for v in groups.values())
+                return _judge_slowest(kind, groups, ctx, f"{runs} good pair run(s)")
         files = probes_matching(evidence, pattern)
         if not files:
             if verdict is None and ctx.meta.get("probes") not in (None, "none"):
                 tool = "doca_ofed_enabled" if kind == "ib_write_bw" else None
                 return _absent(ctx, tool, kind)
             return not_applicable(f"{kind}: no pair probe in this run")
-        samples = []
+        by_rail: dict[str, list[float]] = {}
+        hcas = [n["hca"] for n in ctx.hardware["nics"]] if kind == "ib_write_bw" else []
         for name, out in files.items():
+            rail = next((h for h in hcas if f"_-d_{h}_" in name), "")
             try:
-                samples.append(read(out.stdout))
+                by_rail.setdefault(rail, []).append(read(out.stdout))
             except GpubootError as exc:
                 raise ProbeFailed(f"{name}: {tool_failure(kind, out) or exc}", where=name) from None
-        return _judge(kind, samples, ctx)
+        return _judge_slowest(kind, by_rail, ctx)
 
     return check
+
+
+def _judge_slowest(
+    kind: str, by_rail: dict[str, list[float]], ctx: NodeContext, detail=""
+) -> Result:
+    """Every rail must be within band: judge the one with the lowest median, by name."""
+    rail, samples = min(by_rail.items(), key=lambda kv: statistics.median(kv[1]))
+    if len(by_rail) > 1:
+        detail = f"slowest of {len(by_rail)} rails: {rail}" + (f"; {detail}" if detail else "")
+    return _judge(kind, samples, ctx, detail)
 
 
 def _ib_value(text: str) -> float:

@@ -30,6 +30,13 @@ def _address(entry: dict, name: str) -> str:
     return str(entry["hostvars"].get("ansible_host", name))
 
 
+def _rails(entry: dict) -> list[str]:
+    """The HCAs ib_write_bw measures: every rail at the full level, the first one else
+    (rails are wired rail to rail, so rail i of one node meets rail i of its partner)."""
+    hcas = [n["hca"] for n in entry["profile"]["hardware"]["nics"]]
+    return hcas if entry["meta"].get("probes") == "full" else hcas[:1]
+
+
 def run_pair_probes(entries: dict[str, dict[str, Any]], run: pairs.Runner) -> None:
     """Mutates each entry: evidence gets the pair files, meta gets ``pairs``."""
     for kind in ("tcp_bw", "ib_write_bw"):
@@ -38,23 +45,30 @@ def run_pair_probes(entries: dict[str, dict[str, Any]], run: pairs.Runner) -> No
             continue
         first = entries[hosts[0]]
         if kind == "tcp_bw":
-            spec = pairs.tcp_spec(TCP_SECONDS.get(first["meta"]["probes"], 1.0))
+            specs = {"": pairs.tcp_spec(TCP_SECONDS.get(first["meta"]["probes"], 1.0))}
         else:
-            spec = pairs.ib_spec(first["profile"]["hardware"]["nics"][0]["hca"])
+            specs = {hca: pairs.ib_spec(hca) for hca in _rails(first)}
         b = band(kind, first["profile"], first["hostvars"])
         fail_below = b.fail_below if b else 0.0
         addresses = {h: _address(entries[h], h) for h in hosts}
+        per_rail = {}
+        # One rail after the other: a rail's figure is its own, not a share of the node's.
+        for rail, spec in specs.items():
 
-        def one(pair: tuple[str, str], suffix: str = "", spec=spec, fb=fail_below, ad=addresses):
-            return pairs.run_pair(spec, pair[0], pair[1], ad, run, fb, suffix)
+            def one(pair: tuple[str, str], suffix="", spec=spec, ad=addresses, fb=fail_below):
+                return pairs.run_pair(spec, pair[0], pair[1], ad, run, fb, suffix)
 
-        runs: list[pairs.PairRun] = []
-        for rnd in pairs.ring_rounds(hosts):
-            with ThreadPoolExecutor(max_workers=max(1, len(rnd))) as pool:
-                runs += list(pool.map(one, rnd))
-        verdicts, retries = pairs.attribute(hosts, runs, lambda s, c: one((s, c), ".retry"))
-        for r in [*runs, *retries]:
-            for host, (file, out) in r.outputs.items():
-                entries[host]["evidence"][file] = out
-        for host, v in verdicts.items():
-            entries[host]["meta"].setdefault("pairs", {})[kind] = {host: v}
+            runs: list[pairs.PairRun] = []
+            for rnd in pairs.ring_rounds(hosts):
+                with ThreadPoolExecutor(max_workers=max(1, len(rnd))) as pool:
+                    runs += list(pool.map(one, rnd))
+            verdicts, retries = pairs.attribute(
+                hosts, runs, lambda s, c, f=one: f((s, c), ".retry")
+            )
+            for r in [*runs, *retries]:
+                for host, (file, out) in r.outputs.items():
+                    entries[host]["evidence"][file] = out
+            per_rail[rail] = verdicts
+        for host in hosts:
+            verdict = pairs.combine_rails({rail: v[host] for rail, v in per_rail.items()})
+            entries[host]["meta"].setdefault("pairs", {})[kind] = {host: verdict}

@@ -176,3 +176,17 @@ def attribute(
             if h in (r.server, r.client)
         ]
     return verdict, retries
+
+
+_WORST_FIRST = ("pinned", "unattributed", "good", "none")
+
+
+def combine_rails(verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One host's verdict over its rails ("" for a single-path probe): the worst rail's
+    status, the reasons of every rail with that status, every run tagged with its rail."""
+    if list(verdicts) == [""]:
+        return verdicts[""]
+    status = min((v["status"] for v in verdicts.values()), key=_WORST_FIRST.index)
+    reasons = [f"{rail}: {v['reason']}" for rail, v in verdicts.items() if v["status"] == status]
+    runs = [{**r, "rail": rail} for rail, v in verdicts.items() for r in v.get("runs", [])]
+    return {"status": status, "reason": "; ".join(reasons), "runs": runs}

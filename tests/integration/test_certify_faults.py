@@ -155,3 +155,17 @@ def test_removed_probe_tool_is_error_not_fail(nodes):
         f = finding(node, rule)
         assert f["reason"].startswith("cannot judge"), f
         assert f["action"].startswith("fix the harness"), f  # not a hardware action
+
+
+def test_full_probes_measure_every_rail_and_pin_a_slow_one(nodes, lab6):
+    """At the full level ib_write_bw runs rail by rail: one rail of the healthy node moving
+    a third of its bandwidth fails BW-005 there, by rail, while its ring partner on that
+    rail (node6) is cleared by the retry with a known-good node."""
+    fault = ["low-bandwidth", "ib_write_bw", "0.3", "mlx5_3"]
+    gpuboot("lab", "fault", "--name", lab6.name, HEALTHY, *fault, check_rc=0)
+    report = certify_mod.certify(str(lab6.stack_inventory), probes="full")
+    got = {n["host"]: n for n in report["nodes"]}
+    slow = finding(got[HEALTHY], "BW-005")
+    assert slow["status"] == "FAIL" and slow["reason"].startswith("mlx5_3: "), slow
+    spared = finding(got[TOOL_REMOVED], "BW-005")
+    assert spared["status"] == "PASS" and "slowest of 8 rails" in spared["reason"], spared

@@ -88,6 +88,8 @@ def test_fault_clear_by_kind_and_all(node):
         (["nic-down", "mlx5_9"], "no NIC 'mlx5_9'"),
         (["low-bandwidth", "nccl", "0.5"], "usage: gpuemu ctl fault add low-bandwidth"),
         (["low-bandwidth", "nvbandwidth", "2"], "FACTOR must be in (0, 1]"),
+        (["low-bandwidth", "nvbandwidth", "0.5", "mlx5_1"], "usage: gpuemu ctl fault add"),
+        (["low-bandwidth", "ib_write_bw", "0.5", "mlx5_9"], "no NIC 'mlx5_9'"),
     ],
 )
 def test_bad_fault_arguments(node, args, msg):

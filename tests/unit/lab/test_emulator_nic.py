@@ -140,6 +140,22 @@ def test_ib_write_bw_sweep_and_low_bandwidth(tmp_path):
     assert rows[0].bw_average_gbits_s < 1
 
 
+def _bw(a, b, hca):
+    port = free_port()
+    server = a.popen("ib_write_bw", "-d", hca, "--report_gbits", "-p", str(port))
+    time.sleep(0.3)
+    res = b.run("ib_write_bw", "-d", hca, "--report_gbits", "-p", str(port), "127.0.0.1")
+    server.communicate(timeout=20)
+    return parse_ib_write_bw(res.out).runs[0].rows[-1].bw_average_gbits_s
+
+
+def test_low_bandwidth_on_one_rail_slows_that_rail_only(tmp_path):
+    a, b = _pair(tmp_path)
+    b.run("ctl", "fault", "add", "low-bandwidth", "ib_write_bw", "0.5", "enp60s0np0", check=True)
+    assert _bw(a, b, "mlx5_1") == pytest.approx(196, rel=0.02)  # netdev of mlx5_1
+    assert _bw(a, b, "mlx5_2") == pytest.approx(392, rel=0.02)
+
+
 def test_ib_write_bw_no_server(node):
     res = node.run("ib_write_bw", "-p", str(free_port()), "127.0.0.1")
     assert res.rc == 1

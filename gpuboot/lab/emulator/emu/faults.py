@@ -29,7 +29,9 @@ USAGE = {
     "fabricmanager-fails": "fabricmanager-fails",
     "nic-down": "nic-down [HCA|NETDEV]",
     "qos-drift": "qos-drift [HCA|NETDEV]",
-    "low-bandwidth": "low-bandwidth PROBE FACTOR   (PROBE: " + "|".join(PROBES) + ")",
+    "low-bandwidth": "low-bandwidth PROBE FACTOR [HCA|NETDEV]   (PROBE: "
+    + "|".join(PROBES)
+    + "; a NIC only for ib_write_bw: that rail alone)",
 }
 
 
@@ -113,6 +115,10 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
             raise EmuError(f"FACTOR must be a number, got {args[1]!r}") from None
         if not 0.0 < factor <= 1.0:
             raise EmuError("FACTOR must be in (0, 1]: the fraction of healthy bandwidth left")
+        if len(args) > 2:
+            if args[0] != "ib_write_bw":
+                raise EmuError(usage)
+            return [args[0], str(factor), find_nic(node, args[2])["hca"]]
         return [args[0], str(factor)]
     return []
 

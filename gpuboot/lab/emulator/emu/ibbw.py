@@ -274,7 +274,9 @@ def main(argv: list[str]) -> int:
     if n is None or not port_ok(node, n):
         return 1
     local_bw = (
-        healthy_gbits(node, n) * probes.low_bw(node, "ib_write_bw") * locality(node, n, o.use_cuda)
+        healthy_gbits(node, n)
+        * probes.low_bw(node, "ib_write_bw", n["hca"])
+        * locality(node, n, o.use_cuda)
     )
     return client(node, n, o, local_bw) if o.peer else server(node, n, o, local_bw)
 

@@ -51,10 +51,12 @@ def cuda_init(node: Node) -> None:
             raise CudaError("CUDA_ERROR_UNKNOWN", "unknown error") from None
 
 
-def low_bw(node: Node, probe: str) -> float:
+def low_bw(node: Node, probe: str, hca: str | None = None) -> float:
+    """What low-bandwidth faults leave of PROBE's healthy figure (on NIC HCA, for the
+    faults that name one)."""
     factor = 1.0
     for f in model.faults_of(node, "low-bandwidth"):
-        if f["args"][0] == probe:
+        if f["args"][0] == probe and f["args"][2:] in ([], [hca]):
             factor *= float(f["args"][1])
     return factor
 
