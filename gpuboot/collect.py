@@ -27,6 +27,7 @@ QUERY_FIELDS = (
     "ecc.mode.current,ecc.errors.uncorrected.volatile.total,mig.mode.current,temperature.gpu"
 )
 PROBE_TIMEOUT_S = 120
+MIG_LGI_FILE = "nvidia-smi_mig_-lgi.txt"
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,20 @@ def ecn_file(netdev: str) -> str:
     return f"sys_class_net_{netdev}_ecn_enable.txt"
 
 
-def state_probes(profile: dict[str, Any] | None) -> tuple[Probe, ...]:
+def state_probes(
+    profile: dict[str, Any] | None, hostvars: dict[str, Any] | None = None
+) -> tuple[Probe, ...]:
     """PROBES plus what the SKU's hardware calls for (NVLink, NICs and their QoS, fabric
-    manager): cheap reads, collected at every probe level."""
+    manager) and the GPU instances when the host has a MIG layout: cheap reads, collected at
+    every probe level."""
     if profile is None:
         return PROBES
     hw = profile["hardware"]
     extra: list[Probe] = []
+    if (hostvars or {}).get("nvidia_mig_layout") is not None:
+        # exits non-zero with "No MIG-enabled devices found." or "No GPU instances found":
+        # facts MIG-001 judges, not probe failures
+        extra.append(Probe(MIG_LGI_FILE, "nvidia-smi mig -lgi"))
     if int(hw["nvlink"]["links_per_gpu"]):
         extra += [
             Probe("nvidia-smi_nvlink_-s.txt", "nvidia-smi nvlink -s"),

@@ -4,7 +4,8 @@ Each figure is the median of its runs; the band (thresholds.py) decides PASS/WAR
 the measurement goes into the report. A figure measured per NIC rail (ib_write_bw at the
 full level) is judged on its slowest rail, named in the result. A probe that did not
 measure - tool missing, timeout, unreadable output, pre-condition unmet, a pair nobody
-could be blamed for - is ERROR.
+could be blamed for - is ERROR. A probe the host's MIG layout keeps from running (CUDA sees
+MIG devices, not boards; see gpuboot/probes) makes its rule not applicable, with the reason.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
 from gpuboot.evidence.nccl import parse_all_reduce_perf
 from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json
 from gpuboot.evidence.perftest import parse_ib_write_bw
-from gpuboot.probes import NVBW_TESTS, PRECONDITIONS
+from gpuboot.probes import NVBW_TESTS, PRECONDITIONS, dcgm_refuses_mig, mig_gpus
 from gpuboot.probes.tcpbw import parse_tcpbw
 
 
@@ -39,6 +40,17 @@ def _precondition(evidence: Evidence) -> None:
     if pre is not None and pre.stdout.strip():
         reasons = "; ".join(ln.removeprefix("busy: ") for ln in pre.stdout.splitlines() if ln)
         raise ProbeFailed(f"pre-condition not met: {reasons}", where=PRECONDITIONS)
+
+
+def _mig_on(ctx: NodeContext) -> Result | None:
+    """Not applicable where the layout enables MIG: node_probes ran no whole-GPU CUDA probe."""
+    gpus = mig_gpus(ctx.hostvars)
+    if not gpus:
+        return None
+    return not_applicable(
+        f"MIG enabled on GPU {','.join(map(str, gpus))} by the host's layout: whole-GPU "
+        "bandwidth is not measurable; certify with MIG off to measure it"
+    )
 
 
 def _absent(ctx: NodeContext, tool_var: str | None, what: str) -> Result:
@@ -71,6 +83,8 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
     def check(evidence: Evidence, ctx: NodeContext) -> Result:
         if figure == "nvbandwidth_d2d" and int(ctx.hardware["gpu"]["count"]) < 2:
             return not_applicable("one GPU: no device-to-device copy")
+        if mig := _mig_on(ctx):
+            return mig
         _precondition(evidence)
         samples, worst = [], ""
         for name, out in probes_matching(evidence, "nvbandwidth*.json").items():
@@ -100,6 +114,8 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
 def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:
     if int(ctx.hardware["gpu"]["count"]) < 2:
         return not_applicable("one GPU: no collective to measure")
+    if mig := _mig_on(ctx):
+        return mig
     _precondition(evidence)
     samples = []
     for name, out in probes_matching(evidence, "all_reduce_perf*").items():
@@ -119,6 +135,11 @@ def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:
 
 
 def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    if dcgm_refuses_mig(ctx.profile, ctx.hostvars):
+        return not_applicable(
+            "the host's MIG layout splits a GPU and dcgmi diag refuses such a MIG configuration, "
+            "so it was not run; certify with MIG off to run it"
+        )
     _precondition(evidence)
     files = probes_matching(evidence, "dcgmi_diag*")
     if not files:

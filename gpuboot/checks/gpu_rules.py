@@ -1,12 +1,23 @@
-"""GPU-side rules read from nvidia-smi (-q and --query-gpu) and the kernel log."""
+"""GPU-side rules read from nvidia-smi (-q, --query-gpu, mig -lgi) and the kernel log."""
 
 from __future__ import annotations
 
-from gpuboot.checks.base import PASS, MissingEvidence, NodeContext, Result, not_applicable, probe
+from gpuboot.checks.base import (
+    PASS,
+    MissingEvidence,
+    NodeContext,
+    ProbeFailed,
+    Result,
+    not_applicable,
+    probe,
+    tool_failure,
+)
 from gpuboot.checks.smi import Q_FILE, QUERY_FILE, gpu_table, smi_q
-from gpuboot.collect import Evidence
+from gpuboot.collect import MIG_LGI_FILE, Evidence
+from gpuboot.errors import ParseError
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log
+from gpuboot.evidence.mig import parse_mig_lgi
 from gpuboot.evidence.packages import parse_dpkg_query
 from gpuboot.stacks.versions import upstream_of
 
@@ -133,6 +144,42 @@ def check_throttle(evidence: Evidence, ctx: NodeContext) -> str | None:
         if active:
             temp = f" at {g.temperature_gpu_c:g} C" if g.temperature_gpu_c is not None else ""
             problems.append(f"{_name(g, i)} {', '.join(active)} active{temp}")
+    return "; ".join(problems) or None
+
+
+def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """Each GPU as ``nvidia_mig_layout`` wants it: MIG mode on iff its entry lists instances,
+    and the GPU instances (-lgi) the same profiles, in any order. Instances do not survive a
+    reboot or GPU reset, so a node that lost them fails here until they are re-created."""
+    layout = ctx.var("nvidia_mig_layout")
+    if layout is None:
+        return not_applicable("the host does not manage MIG (nvidia_mig_layout unset)")
+    if not ctx.hardware.get("mig", {}).get("supported"):
+        return not_applicable("the SKU has no MIG (hardware.mig.supported: false)")
+    failure, rows, _lost = gpu_table(evidence)
+    if failure:
+        raise ProbeFailed(failure, where=QUERY_FILE)
+    out = probe(evidence, MIG_LGI_FILE)
+    try:  # "No MIG-enabled devices found." / "No GPU instances found" parse as no instance
+        instances = parse_mig_lgi(out.stdout).items
+    except ParseError as exc:
+        why = tool_failure("nvidia-smi mig -lgi", out) or str(exc)
+        raise ProbeFailed(why, where=MIG_LGI_FILE) from None
+    mode = {r.index: r.mig_mode_current for r in rows}
+    problems = []
+    for i, want in enumerate(layout):
+        if i not in mode:
+            problems.append(f"GPU {i}: not listed by nvidia-smi")
+            continue
+        if bool(mode[i]) != bool(want):
+            state = "Enabled" if mode[i] else "Disabled"
+            problems.append(f"GPU {i}: MIG mode {state}, want {'Enabled' if want else 'Disabled'}")
+            continue
+        got = sorted(gi.name for gi in instances if gi.gpu == i)
+        if got != sorted(want):
+            problems.append(
+                f"GPU {i}: instances {', '.join(got) or 'none'}, want {', '.join(sorted(want))}"
+            )
     return "; ".join(problems) or None
 
 

@@ -191,6 +191,15 @@ RULES: tuple[Rule, ...] = (
         ("nvidia-smi_-q.txt",),
     ),
     Rule(
+        "MIG-001",
+        "MIG mode and GPU instances as the host's layout",
+        FAIL,
+        "run `gpuboot install` (role nvidia_mig) to apply the layout; instances are lost at "
+        "every reboot/GPU reset and re-created by gpuboot-mig.service",
+        gpu_rules.check_mig_layout,
+        ("nvidia-smi_--query-gpu_--format=csv.csv", "nvidia-smi_mig_-lgi.txt"),
+    ),
+    Rule(
         "NVL-001",
         "NVLinks up at the expected speed",
         FAIL,

@@ -8,7 +8,9 @@ Levels (``certify(probes=...)`` or the ``gpuboot_probes`` host var):
 
 A probe runs when the host's stack provides its tool: the CUDA probes when the stack has
 CUDA (``cuda_toolkit_version``), dcgmi when it has DCGM, ib_write_bw with DOCA-OFED. A tool
-the stack promises but the node lacks is an ERROR (exit 127), never a FAIL.
+the stack promises but the node lacks is an ERROR (exit 127), never a FAIL. A host whose
+``nvidia_mig_layout`` enables MIG runs no whole-GPU CUDA probe, and no dcgmi unless each MIG
+GPU is one whole-GPU instance: their rules are not applicable there, with the reason.
 """
 
 from __future__ import annotations
@@ -58,13 +60,34 @@ def dcgm_file(level: str) -> str:
     return f"dcgmi_diag_-r_{DCGM_LEVEL[level]}.txt"
 
 
+def mig_gpus(hostvars: dict[str, Any]) -> list[int]:
+    """GPU indices the host's ``nvidia_mig_layout`` puts in MIG mode (a non-empty entry)."""
+    return [i for i, gis in enumerate(hostvars.get("nvidia_mig_layout") or []) if gis]
+
+
+def dcgm_refuses_mig(profile: dict[str, Any], hostvars: dict[str, Any]) -> bool:
+    """True when the layout splits a GPU. dcgmi diag takes MIG only as one GPU instance with
+    one compute instance spanning the whole GPU, and otherwise refuses the whole run, MIG-off
+    GPUs included: "GPU N's MIG configuration is incompatible with the diagnostic because it
+    prevents access to the entire GPU" (a DCGM maintainer in github.com/NVIDIA/DCGM/issues/31;
+    the same refusal with `-i` on a MIG-off GPU in #70). NVIDIA's DCGM docs say no more than
+    the 3.1.6 release note: a warning for MIG mode without MIG devices."""
+    mig = profile["hardware"].get("mig", {})
+    sizes = {p["name"]: int(p["size"]) for p in mig.get("profiles", [])}
+    whole = max(sizes.values(), default=0)
+    layout = hostvars.get("nvidia_mig_layout") or []
+    return any(gis and (len(gis) != 1 or sizes.get(gis[0]) != whole) for gis in layout)
+
+
 def node_probes(profile: dict[str, Any], hostvars: dict[str, Any], level: str) -> list[Probe]:
     """The single-node bandwidth probes for this host (run after the pre-conditions)."""
     if level == "none":
         return []
     gpus = int(profile["hardware"]["gpu"]["count"])
     out: list[Probe] = []
-    if hostvars.get("cuda_toolkit_version"):
+    # With MIG on, CUDA sees MIG devices instead of boards: nvbandwidth and all_reduce_perf
+    # would measure slices (or nothing), never the board's bandwidth.
+    if hostvars.get("cuda_toolkit_version") and not mig_gpus(hostvars):
         for run in range(1, REPEATS[level] + 1):
             for figure, test in NVBW_TESTS.items():
                 if figure == "nvbandwidth_d2d" and gpus < 2:
@@ -78,7 +101,7 @@ def node_probes(profile: dict[str, Any], hostvars: dict[str, Any], level: str) -
                         300,
                     )
                 )
-    if hostvars.get("dcgm_version"):
+    if hostvars.get("dcgm_version") and not dcgm_refuses_mig(profile, hostvars):
         n = DCGM_LEVEL[level]
         out.append(Probe(dcgm_file(level), f"dcgmi diag -r {n}", 600 if n < 3 else 3600))
     return out

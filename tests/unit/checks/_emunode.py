@@ -55,7 +55,10 @@ def set_ecn(node: EmuNode, netdev: str, value: str, prio: int = 3) -> None:
         path.write_text(value + "\n")
 
 
-def collect(node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...] = ()) -> Evidence:
+def collect(
+    node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...] = (), **extra
+) -> Evidence:
+    """The evidence certify collects from this node for a host with STACK_VARS + ``extra``."""
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     for tool in TOOLS:
@@ -67,20 +70,19 @@ def collect(node: EmuNode, tmp: Path, level: str = "quick", drop: tuple[str, ...
             link.unlink()
     env = {**node.env, "PATH": f"{bindir}:/usr/bin:/bin"}
     sysroot = node.root / "run" / "gpuemu"
-    profile = node.profile
+    profile, hostvars = node.profile, {**STACK_VARS, **extra}
+    bandwidth = node_probes(profile, hostvars, level)
     text = script(
-        str(sysroot / "proc"),
-        str(sysroot / "sys"),
-        state_probes(profile),
-        node_probes(profile, STACK_VARS, level),
+        str(sysroot / "proc"), str(sysroot / "sys"), state_probes(profile, hostvars), bandwidth
     )
     # no systemd here: answer the fabric manager probe from the emulator's own state
     text = text.replace("systemctl is-active nvidia-fabricmanager", _fm_state(node))
     # A lab node's container sees only its own processes; this node shares the host's, so
     # the probe pre-condition looks in the script's own session only (not at the probe
     # tools a lab test runs on this host at the same time). The daemons the emulator
-    # tracks by PID stay visible (a PID namespace would hide them).
-    assert "pgrep -x" in text
+    # tracks by PID stay visible (a PID namespace would hide them). No bandwidth probe, no
+    # pre-condition to look for.
+    assert ("pgrep -x" in text) == bool(bandwidth)
     text = text.replace("pgrep -x", "pgrep -s 0 -x")
     out = subprocess.run(
         ["sh", "-c", text],

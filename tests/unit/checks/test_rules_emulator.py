@@ -7,10 +7,10 @@ import pytest
 from _emunode import Daemon, collect, ctx, dpkg_line, full_node, set_ecn
 
 from gpuboot.checks import rules
-from gpuboot.collect import ProbeOutput
+from gpuboot.collect import MIG_LGI_FILE, ProbeOutput
 
 
-def _judge(node, tmp_path, level="none", faults=(), drop=(), fm=True):
+def _judge(node, tmp_path, level="none", faults=(), drop=(), fm=True, **hostvars):
     for f in faults:
         node.run("ctl", "fault", "add", *f.split(), check=True)
     daemons = [("nv-hostengine", "hostengine", "-n"), ("nvidia-persistenced", "persistenced")]
@@ -18,13 +18,13 @@ def _judge(node, tmp_path, level="none", faults=(), drop=(), fm=True):
         daemons.append(("nv-fabricmanager", "fabricmanager"))
     opened = [Daemon(node, tool, key, *(a or ("--foreground",))) for tool, key, *a in daemons]
     try:
-        ev = collect(node, tmp_path, level, drop)
+        ev = collect(node, tmp_path, level, drop, **hostvars)
     finally:
         for d in opened:
             d.__exit__()
     ev["dpkg-query_-W.txt"] = ProbeOutput(dpkg_line(), "", 0)
     ev["reboot-required.txt"] = ProbeOutput("", "", 0)
-    c = ctx(node, level)
+    c = ctx(node, level, **hostvars)
     if level != "none":  # a single node in a run has no pair partner
         c.meta["pairs"] = {k: {"emu": {"status": "none", "reason": "single"}} for k in
                            ("ib_write_bw", "tcp_bw")}  # fmt: skip
@@ -120,3 +120,56 @@ def test_probe_lock_held_is_a_precondition_error(node, tmp_path):
     for rule in ("BW-001", "BW-004", "DCG-001"):
         assert found[rule].status == "ERROR"
         assert "pre-condition not met" in found[rule].reason
+
+
+# MIG: GPUs 0 and 1 split as the host's nvidia_mig_layout wants, the others MIG off
+LAYOUT = [["3g.40gb", "3g.40gb"], ["1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb"]] + [[]] * 6
+
+
+@pytest.fixture
+def mig_node(node):
+    node.run("nvidia-smi", "-i", "0,1", "-mig", "1", check=True)
+    node.run("nvidia-smi", "-r", "-i", "0,1", check=True)  # the reset makes MIG mode current
+    node.run("nvidia-smi", "mig", "-i", "0", "-cgi", "9,9", "-C", check=True)
+    node.run("nvidia-smi", "mig", "-i", "1", "-cgi", "3g.40gb,2g.20gb,19,19", "-C", check=True)
+    return node
+
+
+def test_mig_layout_applied_passes_and_whole_gpu_probes_say_why_not_run(mig_node, tmp_path):
+    ev = collect(mig_node, tmp_path, "quick", nvidia_mig_layout=LAYOUT)
+    assert MIG_LGI_FILE in ev
+    assert not [n for n in ev if n.startswith(("nvbandwidth", "all_reduce_perf", "dcgmi"))]
+    found = _judge(mig_node, tmp_path, "quick", nvidia_mig_layout=LAYOUT)
+    assert _not_pass(found) == {}
+    assert found["MIG-001"].applicable and found["MIG-001"].reason == "ok"
+    for rule in ("BW-001", "BW-002", "BW-003", "BW-004"):
+        assert not found[rule].applicable
+        assert "MIG enabled on GPU 0,1 by the host's layout" in found[rule].reason
+    assert not found["DCG-001"].applicable and "dcgmi diag refuses" in found["DCG-001"].reason
+    assert found["BW-005"].reason == "not applicable: single"  # pair probes unaffected
+
+
+def test_gpu_reset_loses_the_mig_instances_and_fails_mig_001(mig_node, tmp_path):
+    mig_node.run("nvidia-smi", "-r", check=True)  # as a reboot: every instance is gone
+    found = _judge(mig_node, tmp_path, nvidia_mig_layout=LAYOUT)
+    assert _not_pass(found) == {"MIG-001": "FAIL"}
+    assert found["MIG-001"].reason == (
+        "GPU 0: instances none, want 3g.40gb, 3g.40gb; "
+        "GPU 1: instances none, want 1g.10gb, 1g.10gb, 2g.20gb, 3g.40gb"
+    )
+
+
+def test_mig_wrong_profile_and_pending_mode_fail_naming_each_gpu(mig_node, tmp_path):
+    layout = [["3g.40gb", "4g.40gb"], LAYOUT[1], [], ["7g.80gb"]] + [[]] * 4
+    mig_node.run("nvidia-smi", "-i", "3", "-mig", "1", check=True)  # pending until a reset
+    found = _judge(mig_node, tmp_path, nvidia_mig_layout=layout)
+    assert _not_pass(found) == {"MIG-001": "FAIL"}
+    assert found["MIG-001"].reason == (
+        "GPU 0: instances 3g.40gb, 3g.40gb, want 3g.40gb, 4g.40gb; "
+        "GPU 3: MIG mode Disabled, want Enabled"
+    )
+
+
+def test_no_mig_layout_leaves_mig_001_not_applicable(mig_node, tmp_path):
+    found = _judge(mig_node, tmp_path)
+    assert not found["MIG-001"].applicable and "nvidia_mig_layout unset" in found["MIG-001"].reason
