@@ -24,7 +24,8 @@ from gpuboot.evidence.packages import DPKG_QUERY
 QUERY_FIELDS = (
     "index,name,uuid,serial,pci.bus_id,driver_version,vbios_version,persistence_mode,"
     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
-    "ecc.mode.current,ecc.errors.uncorrected.volatile.total,mig.mode.current,temperature.gpu"
+    "ecc.mode.current,ecc.errors.uncorrected.volatile.total,mig.mode.current,mig.mode.pending,"
+    "temperature.gpu"
 )
 PROBE_TIMEOUT_S = 120
 MIG_LGI_FILE = "nvidia-smi_mig_-lgi.txt"

@@ -141,15 +141,22 @@ def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str,
     return {k: v for k, v in derived.items() if k not in hostvars}
 
 
-def with_stack(hostvars: dict[str, Any]) -> dict[str, Any]:
-    """A host's variables with its gpuboot_stack's role variables applied (stack wins)."""
-    name = hostvars.get("gpuboot_stack")
-    if not name:
-        return dict(hostvars)
-    from gpuboot.stacks import load_stack, role_vars
+def with_derived(hostvars: dict[str, Any]) -> dict[str, Any]:
+    """A host's variables with what gpuboot derives from them applied, as install passes
+    them to the roles: its gpuboot_stack's role variables (the stack wins) and its
+    gpuboot_mig layout. The inventory was checked before, so nothing here fails."""
+    out = dict(hostvars)
+    if name := hostvars.get("gpuboot_stack"):
+        from gpuboot.stacks import load_stack, role_vars
 
-    stack = load_stack(name)
-    return {**hostvars, **role_vars(stack, hostvars.get("gpuboot_os_family", "debian"))}
+        out.update(role_vars(load_stack(name), hostvars.get("gpuboot_os_family", "debian")))
+    if hostvars.get("gpuboot_mig") is not None and "gpuboot_profile" in hostvars:
+        from gpuboot.mig import layout_vars
+        from gpuboot.profiles import load_profile
+
+        profile = load_profile(hostvars["gpuboot_profile"])
+        out.update(layout_vars(hostvars["gpuboot_mig"], profile, "gpuboot_mig"))
+    return out
 
 
 def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
@@ -195,6 +202,11 @@ def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict
                 exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
             ) from exc
         derived[host] = profile_vars(profile, hostvars)
+        if hostvars.get("gpuboot_mig") is not None:
+            from gpuboot.mig import layout_vars
+
+            where = f"{path}: {host}.gpuboot_mig"
+            derived[host].update(layout_vars(hostvars["gpuboot_mig"], profile, where))
         stack_name = hostvars.get("gpuboot_stack")
         if stack_name is None:
             missing = [v for v in PIN_VARS if v not in hostvars]

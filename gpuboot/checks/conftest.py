@@ -16,7 +16,7 @@ from gpuboot import __version__
 from gpuboot.checks.pair_phase import run_pair_probes
 from gpuboot.collect import ProbeOutput, script, state_probes, unpack, write_host_bundle
 from gpuboot.errors import GpubootError
-from gpuboot.inventory import with_stack
+from gpuboot.inventory import with_derived
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
 
@@ -40,7 +40,7 @@ def _name(host) -> str:
 
 def _collect(host, level_override: str | None = None) -> dict:
     hostvars = host.ansible.get_variables() if host.backend.NAME == "ansible" else {}
-    hostvars = with_stack(hostvars)  # a gpuboot_stack pins what the checks expect
+    hostvars = with_derived(hostvars)  # the stack's pins, the MIG layout: what checks expect
     procfs = hostvars.get("gpuboot_procfs", "/proc")
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None

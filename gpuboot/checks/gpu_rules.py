@@ -166,6 +166,8 @@ def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | Non
         why = tool_failure("nvidia-smi mig -lgi", out) or str(exc)
         raise ProbeFailed(why, where=MIG_LGI_FILE) from None
     mode = {r.index: r.mig_mode_current for r in rows}
+    # A pending mode (set, not yet applied) changes the GPU at its next reset or reboot.
+    pending = {r.index: r.as_bool("mig.mode.pending") for r in rows}
     problems = []
     for i, want in enumerate(layout):
         if i not in mode:
@@ -175,6 +177,12 @@ def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | Non
             state = "Enabled" if mode[i] else "Disabled"
             problems.append(f"GPU {i}: MIG mode {state}, want {'Enabled' if want else 'Disabled'}")
             continue
+        if pending.get(i) is not None and bool(pending[i]) != bool(want):
+            state = "Enabled" if pending[i] else "Disabled"
+            problems.append(
+                f"GPU {i}: MIG mode {state} pending (applied at the next GPU reset or reboot), "
+                f"want {'Enabled' if want else 'Disabled'}"
+            )
         got = sorted(gi.name for gi in instances if gi.gpu == i)
         if got != sorted(want):
             problems.append(

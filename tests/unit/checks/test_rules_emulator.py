@@ -170,6 +170,16 @@ def test_mig_wrong_profile_and_pending_mode_fail_naming_each_gpu(mig_node, tmp_p
     )
 
 
+def test_mig_mode_pending_against_the_layout_fails(mig_node, tmp_path):
+    # Current mode and instances match; the pending mode would turn MIG on at the next reboot.
+    mig_node.run("nvidia-smi", "-i", "5", "-mig", "1", check=True)
+    found = _judge(mig_node, tmp_path, nvidia_mig_layout=LAYOUT)
+    assert _not_pass(found) == {"MIG-001": "FAIL"}
+    assert found["MIG-001"].reason == (
+        "GPU 5: MIG mode Enabled pending (applied at the next GPU reset or reboot), want Disabled"
+    )
+
+
 def test_no_mig_layout_leaves_mig_001_not_applicable(mig_node, tmp_path):
     found = _judge(mig_node, tmp_path)
     assert not found["MIG-001"].applicable and "nvidia_mig_layout unset" in found["MIG-001"].reason
