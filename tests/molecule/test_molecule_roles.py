@@ -12,12 +12,15 @@ from integration.conftest import ssh_ok
 
 from gpuboot.checks.rules import RULES
 from gpuboot.lab import lab as labmod
+from gpuboot.mig import layout_vars
+from gpuboot.profiles import load_profile
 from gpuboot.stacks import load_stack, role_vars
 
 from .harness import PROJECT, molecule, verifier_summary
 
 pytestmark = pytest.mark.molecule
 STACK = "lts-550-cuda12.4"
+PROFILE = "hgx-h100-sxm-8gpu"
 # Role -> the prefixes of the role variables for what it installs (gpuboot.stacks.role_vars).
 COMPONENTS = {
     "doca_ofed": ("doca_ofed",),
@@ -44,6 +47,15 @@ UNDO = {
     "nvidia_container_toolkit": ("apt-mark unhold nvidia-container-toolkit", "STK-002"),
     "dcgm": ("apt-mark unhold datacenter-gpu-manager", "STK-002"),
     "roce_qos": ("mlnx_qos -i enp26s0np0 --trust pcp", "NIC-002"),
+    "nvidia_mig": ("nvidia-smi mig -i 0 -dci && nvidia-smi mig -i 0 -dgi", "MIG-001"),
+}
+# Scenario -> inventory settings of what it configures beyond the stack's pins.
+SETTINGS = {
+    "nvidia_mig": layout_vars(
+        {"instances": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], "gpus": [0, 1]},
+        load_profile(PROFILE),
+        "tests/molecule: gpuboot_mig",
+    ),
 }
 
 
@@ -78,11 +90,12 @@ def test_role_scenario(make_lab, tmp_path, scenario):
     env = config["provisioner"]["env"]
     roles = [*env["GPUBOOT_ROLE_NEEDS"].split(), env["GPUBOOT_ROLE"]]
     rules = config["verifier"]["options"]["k"].split(" or ")
-    lab = make_lab(nodes=1, stack=STACK)
+    lab = make_lab(nodes=1, profile=PROFILE, stack=STACK)
     try:
         doc = yaml.safe_load(lab.inventory.read_text())
         pins = role_vars(load_stack(STACK))
         doc["all"]["vars"].update(pins if scenario in WHOLE_STACK else scoped_vars(pins, roles))
+        doc["all"]["vars"].update(SETTINGS.get(scenario, {}))
         # The scoped pins stand alone: no stack name for certify to re-apply in full.
         doc["all"]["vars"].pop("gpuboot_stack")
         lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -149,35 +149,37 @@ def test_mig_layout_applied_passes_and_whole_gpu_probes_say_why_not_run(mig_node
     assert found["BW-005"].reason == "not applicable: single"  # pair probes unaffected
 
 
-def test_gpu_reset_loses_the_mig_instances_and_fails_mig_001(mig_node, tmp_path):
-    mig_node.run("nvidia-smi", "-r", check=True)  # as a reboot: every instance is gone
-    found = _judge(mig_node, tmp_path, nvidia_mig_layout=LAYOUT)
-    assert _not_pass(found) == {"MIG-001": "FAIL"}
-    assert found["MIG-001"].reason == (
-        "GPU 0: instances none, want 3g.40gb, 3g.40gb; "
-        "GPU 1: instances none, want 1g.10gb, 1g.10gb, 2g.20gb, 3g.40gb"
-    )
-
-
-def test_mig_wrong_profile_and_pending_mode_fail_naming_each_gpu(mig_node, tmp_path):
-    layout = [["3g.40gb", "4g.40gb"], LAYOUT[1], [], ["7g.80gb"]] + [[]] * 4
-    mig_node.run("nvidia-smi", "-i", "3", "-mig", "1", check=True)  # pending until a reset
+@pytest.mark.parametrize(
+    ("command", "layout", "reason"),
+    [
+        pytest.param(  # as a reboot: every instance is gone
+            "-r",
+            LAYOUT,
+            "GPU 0: instances none, want 3g.40gb, 3g.40gb; "
+            "GPU 1: instances none, want 1g.10gb, 1g.10gb, 2g.20gb, 3g.40gb",
+            id="reset-loses-instances",
+        ),
+        pytest.param(  # GPU 0 wants another profile; GPU 3 asked for MIG, pending a reset
+            "-i 3 -mig 1",
+            [["3g.40gb", "4g.40gb"], LAYOUT[1], [], ["7g.80gb"]] + [[]] * 4,
+            "GPU 0: instances 3g.40gb, 3g.40gb, want 3g.40gb, 4g.40gb; "
+            "GPU 3: MIG mode Disabled, want Enabled",
+            id="wrong-profile-and-mode",
+        ),
+        pytest.param(  # all current state matches; the next reboot would turn MIG on
+            "-i 5 -mig 1",
+            LAYOUT,
+            "GPU 5: MIG mode Enabled pending (applied at the next GPU reset or reboot), "
+            "want Disabled",
+            id="pending-mode",
+        ),
+    ],
+)
+def test_mig_drift_fails_mig_001_naming_each_gpu(mig_node, tmp_path, command, layout, reason):
+    mig_node.run("nvidia-smi", *command.split(), check=True)
     found = _judge(mig_node, tmp_path, nvidia_mig_layout=layout)
     assert _not_pass(found) == {"MIG-001": "FAIL"}
-    assert found["MIG-001"].reason == (
-        "GPU 0: instances 3g.40gb, 3g.40gb, want 3g.40gb, 4g.40gb; "
-        "GPU 3: MIG mode Disabled, want Enabled"
-    )
-
-
-def test_mig_mode_pending_against_the_layout_fails(mig_node, tmp_path):
-    # Current mode and instances match; the pending mode would turn MIG on at the next reboot.
-    mig_node.run("nvidia-smi", "-i", "5", "-mig", "1", check=True)
-    found = _judge(mig_node, tmp_path, nvidia_mig_layout=LAYOUT)
-    assert _not_pass(found) == {"MIG-001": "FAIL"}
-    assert found["MIG-001"].reason == (
-        "GPU 5: MIG mode Enabled pending (applied at the next GPU reset or reboot), want Disabled"
-    )
+    assert found["MIG-001"].reason == reason
 
 
 def test_no_mig_layout_leaves_mig_001_not_applicable(mig_node, tmp_path):
