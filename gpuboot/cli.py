@@ -381,25 +381,67 @@ def cmd_certify(args) -> Outcome:
         for figure, why in baseline["skipped"].items():
             text += f"\n  {figure} not calibrated: {why}"
     if args.kubeconfig:
-        from gpuboot.inventory import load_inventory
-        from gpuboot.k8s import apply_gate
+        text, gate_ok = _gate(args, report, text, allow_warn=args.allow_warn)
+        code = code if gate_ok else EXIT_NODE_FAILED
+    return Outcome(code, report, text)
 
-        actions = apply_gate(
-            report,
-            kubeconfig=args.kubeconfig,
-            context=args.k8s_context,
-            node_names=load_inventory(args.inventory).k8s_node_names(),
-            dry_run=args.k8s_dry_run,
-            allow_warn=args.allow_warn,
-        )
-        report["k8s_gate"] = [a.to_dict() for a in actions]
-        for a in actions:
-            what = a.error or (
-                "not in the cluster" if a.missing else "; ".join(a.changes) or "no change"
-            )
-            text += f"\nk8s {a.node}: {what}"
-        if any(a.error or a.missing for a in actions):
-            code = EXIT_NODE_FAILED
+
+def _gate(args, report: dict[str, Any], text: str, *, allow_warn: bool = False):
+    """Apply the Kubernetes join gate to the report's nodes; (text, every node gated)."""
+    from gpuboot.inventory import load_inventory
+    from gpuboot.k8s import apply_gate
+
+    actions = apply_gate(
+        report,
+        kubeconfig=args.kubeconfig,
+        context=args.k8s_context,
+        node_names=load_inventory(args.inventory).k8s_node_names(),
+        dry_run=args.k8s_dry_run,
+        allow_warn=allow_warn,
+    )
+    report["k8s_gate"] = [a.to_dict() for a in actions]
+    for a in actions:
+        missing = "not in the cluster" if a.missing else None
+        what = a.error or missing or "; ".join(a.changes) or "no change"
+        text += f"\nk8s {a.node}: {what}"
+    return text, not any(a.error or a.missing for a in actions)
+
+
+def cmd_scan(args) -> Outcome:
+    from pathlib import Path
+
+    from gpuboot import scan
+    from gpuboot.report import write_reports
+    from gpuboot.report._util import atomic_write
+
+    report = scan.scan(
+        args.inventory,
+        limit=args.limit,
+        probes=args.probes,
+        history=Path(args.history) if args.history else None,
+        progress=_progress(args),
+    )
+    written = write_reports(report, Path(report["run_dir"]) / "reports", key_path=None)
+    report["reports"] = {name: str(path) for name, path in written.items()}
+    if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
+        prom = Path(args.textfile_dir) / "gpuboot-scan.prom"
+        atomic_write(prom, written["prometheus"].read_bytes())
+        report["reports"]["textfile"] = str(prom)
+    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    text = _verdict_text(report)
+    for node in report["nodes"]:
+        d = node["drift"]
+        changes = [f"{k}: {', '.join(d[k])}" for k in ("new", "still", "cleared") if d[k]]
+        since = f"since {d['previous_scan']}" if d["previous_scan"] else "first scan"
+        text += f"\n{node['host']} ({since}): " + ("; ".join(changes) or "no drift")
+    text += f"\nhistory: {report['history']}; report: {written['html']}"
+    if args.kubeconfig:
+        # Only failing nodes go to the gate (taken out of service); a node that passes a
+        # scan stays as it is: certify, with its bandwidth probes, lets nodes back in.
+        failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in scan.BAD]}
+        text, gate_ok = _gate(args, failed, text)
+        report["k8s_gate"] = failed["k8s_gate"]
+        code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, report, text)
 
 
@@ -550,6 +592,26 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--k8s-context", help="kubeconfig context")
     cert.add_argument("--k8s-dry-run", action="store_true", help="show the gate's changes only")
     cert.set_defaults(func=cmd_certify)
+
+    sc = verbs.add_parser(
+        "scan",
+        parents=[common],
+        help="scheduled compliance scan: drift since the last scan; failing nodes taken out",
+    )
+    sc.add_argument("-i", "--inventory", required=True)
+    sc.add_argument("--limit", help="Ansible host pattern")
+    sc.add_argument(
+        "--probes",
+        choices=["none", "quick", "full"],
+        default="none",
+        help="bandwidth probing (default none: a scan must not compete with running jobs)",
+    )
+    sc.add_argument("--history", help="history file (default: $GPUBOOT_HOME/scan-history.jsonl)")
+    sc.add_argument("--textfile-dir", help="also write gpuboot-scan.prom there (node_exporter)")
+    sc.add_argument("--kubeconfig", help="take failing nodes out: cordon, taint uncertified")
+    sc.add_argument("--k8s-context", help="kubeconfig context")
+    sc.add_argument("--k8s-dry-run", action="store_true", help="show the gate's changes only")
+    sc.set_defaults(func=cmd_scan)
 
     mx = verbs.add_parser("matrix", parents=[common], help="version stacks and their rules")
     mx.add_argument("action", choices=["list", "show", "check"])
