@@ -22,3 +22,14 @@ rc=$?
 set -e
 echo; echo "certify exit code: $rc (1 = a node failed, as expected with the injected fault)"
 [ "$rc" -eq 1 ]
+
+echo; echo "== later, the scheduled compliance scan: first a baseline, then node1 loses an NVLink"
+history=$(mktemp -d)/scan-history.jsonl
+set +e
+$gpuboot scan -i "$inventory" --history "$history"
+$gpuboot lab fault --name "$lab" node1 nvlink-down 1 3
+$gpuboot scan -i "$inventory" --history "$history"
+rc=$?
+set -e
+echo; echo "scan exit code: $rc (1: node1's NVLink is new drift since the previous scan)"
+[ "$rc" -eq 1 ]
