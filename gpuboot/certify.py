@@ -88,6 +88,18 @@ def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
     (bundle / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
 
 
+def _forget_testinfra_hosts() -> None:
+    """testinfra keeps its hosts and the inventory variables it read per inventory path
+    for the life of the process: a second run in one process (a library caller, a test)
+    would judge against the variables of the first. Start each run from the file."""
+    from testinfra.host import Host
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    AnsibleRunner._runners.clear()
+    Host._host_cache.clear()
+    Host._hosts_cache.clear()
+
+
 def certify(
     inventory: str,
     *,
@@ -129,6 +141,7 @@ def certify(
     ]
     progress(f"certify: collecting evidence and checking {len(inv.hosts)} host(s)")
     started = time.monotonic()
+    _forget_testinfra_hosts()
     with open(run_dir / "pytest.log", "w") as log, contextlib.redirect_stdout(log):
         rc = pytest.main(args, plugins=[collector])
     if rc not in (0, 1) or not collector.findings:

@@ -15,7 +15,7 @@ import yaml
 from gpuboot import certify as certify_mod
 from gpuboot.lab import lab as labmod
 
-from .conftest import gpuboot, ssh_ok
+from .conftest import gpuboot, reboot_markers, ssh_ok
 
 pytestmark = pytest.mark.lab
 LAYOUT = {"instances": ["1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb"], "gpus": [0, 1]}
@@ -69,10 +69,10 @@ def passes_mig_001(lab) -> bool:
     return (found["status"], found["reason"]) == ("PASS", "ok")  # judged, not skipped
 
 
-def assert_layout(lab) -> None:
+def assert_layout(lab, gpus=(0, 1)) -> None:
     mode, instances = mig_state(lab)
-    assert mode == {i: "Enabled/Enabled" if i in (0, 1) else "Disabled/Disabled" for i in range(8)}
-    assert instances == {0: WANT, 1: WANT}
+    assert mode == {i: "Enabled/Enabled" if i in gpus else "Disabled/Disabled" for i in range(8)}
+    assert instances == {i: WANT for i in gpus}
 
 
 def test_layout_that_cannot_exist_is_refused_before_the_node_is_touched(lab):
@@ -119,6 +119,27 @@ def test_reboot_loses_the_instances_and_the_boot_unit_makes_them_again(lab):
     assert "GPU 1: instances none -> " in ssh_ok(lab, "journalctl -b -u gpuboot-mig -o cat")
     assert_layout(lab)
     assert install(lab)["changed"] == 0
+
+
+def test_a_gpu_in_use_gets_its_mode_at_the_next_reboot(lab):
+    # A process left on GPU 6 refuses the reset a MIG mode change needs (the persistence
+    # daemon is stopped around it, the process is not gpuboot's to kill).
+    gpuboot("lab", "fault", "--name", lab.name, "node1", "gpu-process", "6", check_rc=0)
+    set_mig(lab, {**LAYOUT, "gpus": [0, 1, 6]})
+    assert APPLY in install(lab)["changes"]
+    assert reboot_markers(lab) == ["/run/reboot-required.gpuboot-mig"]
+    mode, instances = mig_state(lab)
+    assert mode[6] == "Disabled/Enabled" and 6 not in instances
+    assert "GPU 6 MIG mode Enabled pending" in ssh_ok(lab, "cat /run/reboot-required.gpuboot-mig")
+    assert ssh_ok(lab, "systemctl is-active nvidia-persistenced") == "active\n"  # restarted
+    found = mig_finding(lab)
+    assert found["status"] == "FAIL" and "GPU 6: MIG mode Disabled, want Enabled" in found["reason"]
+    # The reboot ends the process and applies the mode; the boot unit creates the instances.
+    install(lab, "--allow-reboot")
+    assert reboot_markers(lab) == []
+    ssh_ok(lab, "systemctl start gpuboot-mig.service")
+    assert_layout(lab, gpus=(0, 1, 6))
+    assert passes_mig_001(lab)
 
 
 def test_mig_off_on_request(lab):

@@ -122,6 +122,15 @@ def test_probe_lock_held_is_a_precondition_error(node, tmp_path):
         assert "pre-condition not met" in found[rule].reason
 
 
+def test_a_process_on_a_gpu_makes_the_probes_error_not_fail(node, tmp_path):
+    # a job left on GPU 2 would share the bandwidth: measuring then would blame the node
+    found = _judge(node, tmp_path, "quick", faults=("gpu-process 2",))
+    assert {r: f.status for r, f in found.items() if f.status != "PASS"} == {
+        r: "ERROR" for r in ("BW-001", "BW-002", "BW-003", "BW-004", "DCG-001")
+    }
+    assert "compute processes on the GPUs" in found["BW-001"].reason
+
+
 # MIG: GPUs 0 and 1 split as the host's nvidia_mig_layout wants, the others MIG off
 LAYOUT = [["3g.40gb", "3g.40gb"], ["1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb"]] + [[]] * 6
 

@@ -322,3 +322,20 @@ def test_reset_carries_out_pending_row_remap(node):
         check=True,
     ).out
     assert out == "No\n"
+
+
+def test_a_compute_process_shows_in_q_and_refuses_the_gpu_reset(node):
+    node.run("ctl", "fault", "add", "gpu-process", "2", "/usr/bin/python", "9212", check=True)
+    text = parse_nvidia_smi_q(node.run("nvidia-smi", "-q", check=True).out)
+    xml = parse_nvidia_smi_q_xml(node.run("nvidia-smi", "-q", "-x", check=True).out)
+    for report in (text, xml):
+        busy = [(g.bus_id.upper(), p) for g in report.gpus for p in g.processes]
+        assert [(bus, p.name, p.used_memory_mib) for bus, p in busy] == [
+            ("00000000:4C:00.0", "/usr/bin/python", 9212)
+        ]
+    res = node.run("nvidia-smi", "-r", "-i", "2")
+    assert res.rc == 255
+    assert "GPU 00000000:4C:00.0: In use by another client" in res.out
+    assert node.run("nvidia-smi", "-r", "-i", "3", check=True).rc == 0  # another GPU resets
+    node.run("ctl", "fault", "clear", "gpu-process", check=True)
+    assert node.run("nvidia-smi", "-r", "-i", "2", check=True).rc == 0

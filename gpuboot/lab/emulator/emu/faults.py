@@ -29,6 +29,7 @@ USAGE = {
     "fabricmanager-fails": "fabricmanager-fails",
     "nic-down": "nic-down [HCA|NETDEV]",
     "qos-drift": "qos-drift [HCA|NETDEV]",
+    "gpu-process": "gpu-process GPU [NAME] [MIB]   (a compute process left on the GPU)",
     "low-bandwidth": "low-bandwidth PROBE FACTOR [HCA|NETDEV]   (PROBE: "
     + "|".join(PROBES)
     + "; a NIC only for ib_write_bw: that rail alone)",
@@ -106,6 +107,14 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
             raise EmuError("this profile has no NICs")
         nic = find_nic(node, args[0]) if args else model.nic_list(node)[0]
         return [nic["hca"]]
+    if kind == "gpu-process":
+        if not args:
+            raise EmuError(usage)
+        slot = _gpu(node, args[0])
+        name = args[1] if len(args) > 1 else "/usr/bin/python3"
+        mib = _int(args[2], "MIB") if len(args) > 2 else 9212
+        pid = 100000 + 1000 * slot + len(model.faults_of(node, kind))
+        return [str(slot), name, str(mib), str(pid)]
     if kind == "low-bandwidth":
         if len(args) < 2 or args[0] not in PROBES:
             raise EmuError(usage)

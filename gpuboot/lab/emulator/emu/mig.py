@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from . import model, smi, smi_q, state
+from . import kmod, model, smi, smi_q, state
 from .model import Gpu
 from .state import Node
 
@@ -156,6 +156,18 @@ def _reset(ids: str | None) -> int:
         if not _root_ok():
             _out("Unable to reset GPU: Insufficient Permissions\n")
             return smi.RC_NO_PERM
+        busy = [g for g in gpus if not g.lost and in_use(node, g)]
+        if busy:  # nothing is reset while a client holds a GPU (NVIDIA/gpu-operator#118)
+            _out(
+                "The following GPUs could not be reset:\n"
+                + "".join(f"  GPU {g.bus_id}: In use by another client\n" for g in busy)
+                + f"\n{len(busy)} device is currently being used by one or more other "
+                "processes (e.g., Fabric Manager, CUDA application, graphics application such "
+                "as an X server, or a monitoring application such as another instance of "
+                "nvidia-smi). Please first kill all processes using this device and all "
+                "compute applications running in the system.\n"
+            )
+            return RC_IN_USE
         rc = 0
         for g in gpus:
             if g.lost:
@@ -166,6 +178,18 @@ def _reset(ids: str | None) -> int:
             _out(f"GPU {g.bus_id} was successfully reset.\n")
         _out("All done.\n")
         return rc
+
+
+RC_IN_USE = 255
+# Daemons that keep every GPU open while they run (they must stop for a reset).
+GPU_CLIENTS = ("persistenced", "hostengine")
+
+
+def in_use(node: Node, g: Gpu) -> bool:
+    """A compute process on the GPU, or a daemon holding all of them open."""
+    if any(int(f["args"][0]) == g.slot for f in model.faults_of(node, "gpu-process")):
+        return True
+    return any(kmod.pid_alive(node.vstate.get(f"{d}_pid")) for d in GPU_CLIENTS)
 
 
 def reset_gpu(node: Node, g: Gpu) -> None:

@@ -78,7 +78,17 @@ def ctx_for(node: Node, driver: str, gpus: list[Gpu]) -> Ctx:
         fabric=fabric_state(node),
         mig_supported=bool(hw.get("mig", {}).get("supported")),
         has_nvswitch=bool(int(hw.get("nvlink", {}).get("nvswitch_count", 0) or 0)),
+        processes=processes(node),
     )
+
+
+def processes(node: Node) -> dict[int, list[tuple[str, str, int]]]:
+    """GPU slot -> its compute processes (fault gpu-process: slot, name, MiB, pid)."""
+    out: dict[int, list[tuple[str, str, int]]] = {}
+    for f in model.faults_of(node, "gpu-process"):
+        slot, name, mib, pid = f["args"]
+        out.setdefault(int(slot), []).append((pid, name, int(mib)))
+    return out
 
 
 def select(gpus: list[Gpu], ids: str | None) -> list[Gpu]:

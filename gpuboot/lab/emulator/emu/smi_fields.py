@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import Gpu
 
@@ -19,6 +19,8 @@ class Ctx:
     fabric: tuple[str, str]  # (state, status)
     mig_supported: bool
     has_nvswitch: bool
+    # GPU slot -> compute processes on it: (pid, name, used MiB)
+    processes: dict[int, list[tuple[str, str, int]]] = field(default_factory=dict)
 
 
 Getter = Callable[[Gpu, Ctx], object]

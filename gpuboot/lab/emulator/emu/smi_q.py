@@ -55,6 +55,23 @@ def _act(flag: bool) -> str:
     return "Active" if flag else "Not Active"
 
 
+def _processes(g: Gpu, c: Ctx) -> list[E]:
+    """The Processes section: "None", or per process its (MIG) instance ids, then the PID
+    with type, name and memory below it (XML: one process_info each)."""
+    procs = c.processes.get(g.slot, [])
+    if not procs:
+        return [t(v("Processes", "processes", "None")), x("processes", "")]
+    text, xml = [], []
+    for pid, name, mib in procs:
+        about = [v("Type", "type", "C"), v("Name", "process_name", name)]
+        about.append(v("Used GPU Memory", "used_memory", f"{mib} MiB"))
+        ids = [v("GPU instance ID", "gpu_instance_id", "N/A")]
+        ids.append(v("Compute instance ID", "compute_instance_id", "N/A"))
+        text += [*ids, E("Process ID", "pid", pid, about)]
+        xml.append(x("process_info", None, *ids, v("PID", "pid", pid), *about))
+    return [t(s("Processes", "processes", *text)), x("processes", None, *xml)]
+
+
 def gpu_tree(g: Gpu, c: Ctx, driver: str, mig_instances: list[E] | None = None) -> list[E]:
     hw = g.hw
     branch = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else 535
@@ -430,8 +447,7 @@ def gpu_tree(g: Gpu, c: Ctx, driver: str, mig_instances: list[E] | None = None) 
         ),
         s("Voltage", "voltage", v("Graphics", "graphics_volt", "670.000 mV")),
         s("Fabric", "fabric", v("State", "state", c.fabric[0]), v("Status", "status", c.fabric[1])),
-        t(v("Processes", "processes", "None")),
-        x("processes", ""),
+        *_processes(g, c),
         x("accounted_processes", ""),
     ]
 
