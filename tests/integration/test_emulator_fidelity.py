@@ -102,7 +102,8 @@ def test_mig_takes_effect_on_reset(node):
         out = ssh(lab, "node1", "nvidia-smi -i 0 -mig 1")
         assert out.returncode != 0  # the real tool refuses on GPUs without MIG
         return
-    run(lab, "systemctl stop nvidia-persistenced || true; nvidia-smi -i 0 -mig 1")
+    # A reset is refused while a client holds the GPUs (persistence daemon, DCGM).
+    run(lab, "systemctl stop nvidia-persistenced nvidia-dcgm || true; nvidia-smi -i 0 -mig 1")
     q = parse_nvidia_smi_q(run(lab, "nvidia-smi -q -i 0"))
     assert q.gpus[0].mig_mode_pending is True and q.gpus[0].mig_mode_current is False
     run(lab, "nvidia-smi -r -i 0")
@@ -118,7 +119,7 @@ def test_mig_takes_effect_on_reset(node):
     run(
         lab,
         "nvidia-smi mig -i 0 -dgi && nvidia-smi -i 0 -mig 0 && nvidia-smi -r -i 0 && "
-        "systemctl start nvidia-persistenced",
+        "systemctl start nvidia-persistenced nvidia-dcgm",
     )
 
 
