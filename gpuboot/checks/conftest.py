@@ -45,9 +45,10 @@ def _collect(host, level_override: str | None = None) -> dict:
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
     level = resolve_level(hostvars, level_override)
+    state = state_probes(profile, hostvars)
     bandwidth = node_probes(profile, hostvars, level) if profile else []
     started = time.time()
-    cmd = host.run(script(procfs, sysfs, state_probes(profile, hostvars), bandwidth))
+    cmd = host.run(script(procfs, sysfs, state, bandwidth))
     if cmd.rc != 0 or not cmd.stdout.strip():
         why = (cmd.stderr.strip() or cmd.stdout.strip() or f"exit {cmd.rc}").splitlines()[-1]
         raise HostUnreachable(
@@ -64,7 +65,7 @@ def _collect(host, level_override: str | None = None) -> dict:
         "gpuboot": __version__,
         "pins": pins,
         "probes": level,
-        "commands": {p.file: p.command for p in (*state_probes(profile, hostvars), *bandwidth)},
+        "commands": {p.file: p.command for p in (*state, *bandwidth)},
     }
     return {"evidence": evidence, "hostvars": hostvars, "meta": meta, "profile": profile}
 
