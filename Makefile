@@ -40,8 +40,10 @@ $(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot/lab/image/build-node-im
 demo: setup
 	scripts/demo.sh
 
+# Two tiers: the unit tier (about 3 min) fails a broken change before any lab starts.
 test: setup lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser" -x -q
+	$(BIN)/python -m pytest tests -m "lab or molecule or browser"
 
 test-unit: $(STAMPS)/venv
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser"
