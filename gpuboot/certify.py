@@ -10,18 +10,32 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuboot import __version__, paths
 from gpuboot.checks import rules
-from gpuboot.errors import BadInput, RunError
+from gpuboot.collect import (
+    MANIFEST,
+    META,
+    BundleError,
+    host_bundle,
+    read_file_capped,
+    read_host_files,
+    write_private,
+)
+from gpuboot.errors import BadInput, GpubootError, RunError
 from gpuboot.inventory import load_inventory
-from gpuboot.profiles import load_profile
+from gpuboot.profiles import list_profiles, load_profile
+from gpuboot.profiles import validate as validate_profile
+from gpuboot.runner import failure_reason, last_line
 
 CHECKS = paths.PACKAGE_DIR / "checks" / "test_node.py"
 
@@ -31,6 +45,10 @@ class _Collector:
 
     def __init__(self) -> None:
         self.findings: dict[str, dict[str, rules.Finding]] = {}
+        self.interrupted = False  # Ctrl-C: pytest catches it and returns exit 2
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        self.interrupted = excinfo.errisinstance(KeyboardInterrupt)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -47,7 +65,8 @@ class _Collector:
             self.findings.setdefault(name, {})[rule_id] = rules.Finding(**recorded)
         elif report.failed:  # the rule or its evidence raised: the harness could not judge
             exc = call.excinfo.value if call.excinfo else None
-            reason = str(exc) if exc else report.longreprtext.strip().splitlines()[-1]
+            # one short line: an unreachable node's 27 findings each carry it
+            reason = failure_reason(exc) if exc else last_line(report.longreprtext)
             self.findings.setdefault(name, {})[rule_id] = rules.Finding(
                 rule.id,
                 rule.title,
@@ -73,11 +92,31 @@ def _node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
     }
 
 
+def _sha256_file(path: Path) -> str | None:
+    """The file's sha256, or None for anything but a regular file (never through a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
+    """MANIFEST.json: every regular file's sha256 (links are not followed nor listed:
+    evaluate refuses them), written 0600; the bundle tree stays the operator's (0700)."""
     files = {}
-    for path in sorted(bundle.rglob("*")):
-        if path.is_file() and path.name != "MANIFEST.json":
-            files[str(path.relative_to(bundle))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for top, dirs, names in os.walk(bundle):  # never descends through a linked directory
+        dirs.sort()
+        for name in sorted(names):
+            rel = str((Path(top) / name).relative_to(bundle))
+            if rel != MANIFEST and (digest := _sha256_file(Path(top) / name)) is not None:
+                files[rel] = digest
     manifest = {
         "run_id": run_id,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -85,7 +124,8 @@ def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
         "hosts": {r["host"]: r["verdict"] for r in reports},
         "files": files,
     }
-    (bundle / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
+    bundle.chmod(0o700)
+    write_private(bundle / MANIFEST, json.dumps(manifest, indent=2).encode())
 
 
 def _forget_testinfra_hosts() -> None:
@@ -144,6 +184,8 @@ def certify(
     _forget_testinfra_hosts()
     with open(run_dir / "pytest.log", "w") as log, contextlib.redirect_stdout(log):
         rc = pytest.main(args, plugins=[collector])
+    if collector.interrupted:
+        raise KeyboardInterrupt(f"certify stopped before a verdict; its log: {run_dir}/pytest.log")
     if rc not in (0, 1) or not collector.findings:
         raise RunError(
             f"the check run broke (pytest exit {rc})",
@@ -165,10 +207,14 @@ def certify(
     return report
 
 
-def evaluate_bundle(bundle: str, *, profile: str | None = None) -> dict[str, Any]:
-    """Judge a bundle offline: ``<bundle>/<host>/<probe-file>`` + meta.json per host."""
-    from gpuboot.collect import read_host_bundle
+def evaluate_bundle(
+    bundle: str, *, profile: str | None = None, ignore_manifest: bool = False
+) -> dict[str, Any]:
+    """Judge a bundle offline: ``<bundle>/<host>/<probe-file>`` + meta.json per host.
 
+    A bundle left the controller's hands: each host is judged only on regular files inside
+    its directory, within caps, and only while MANIFEST.json still vouches for them
+    (unless ``ignore_manifest``); anything else makes that host ERROR, never the run."""
     root = Path(bundle)
     if not root.is_dir():
         raise BadInput(
@@ -176,36 +222,160 @@ def evaluate_bundle(bundle: str, *, profile: str | None = None) -> dict[str, Any
             where=str(root),
             hint="pass the bundle path `gpuboot certify` printed",
         )
-    host_dirs = sorted(p for p in root.iterdir() if p.is_dir())
-    if not host_dirs:
+    manifest = None if ignore_manifest else _read_manifest(root)
+    hosts = set(_bundle_hosts(root))
+    if isinstance(manifest, dict):  # a host directory deleted since the run is reported
+        hosts |= {k.split("/", 1)[0] for k in manifest if "/" in k}
+    if not hosts:
         raise BadInput(
             "evidence bundle holds no host directories",
             where=str(root),
             hint="a bundle is <bundle>/<host>/<probe-file>",
         )
     fixed_profile = load_profile(profile) if profile else None
-    reports = []
-    for host_dir in host_dirs:
-        evidence, meta = read_host_bundle(host_dir)
-        node_profile = fixed_profile
-        if node_profile is None:
-            if not meta.get("profile"):
-                raise BadInput(
-                    "no profile recorded for this host",
-                    where=str(host_dir / "meta.json"),
-                    hint="pass --profile SKU",
-                )
-            # a bundle may carry its own profile file (a SKU variant), relative to the host
-            local = host_dir / str(meta["profile"])
-            node_profile = load_profile(local if local.is_file() else meta["profile"])
-        ctx = rules.NodeContext(
-            host=host_dir.name, profile=node_profile, hostvars=meta.get("pins", {}), meta=meta
-        )
-        # a partial bundle (e.g. real captures) names the rules it carries evidence for
-        findings = rules.evaluate(evidence, ctx, meta.get("rules"))
-        reports.append(_node_report(host_dir.name, findings))
+    reports = [_judge_host(root, h, fixed_profile, manifest) for h in sorted(hosts)]
     return {
         "bundle": str(root),
+        "manifest": "ignored" if ignore_manifest else "verified",
         "passed": all(r["verdict"] == rules.PASS for r in reports),
         "nodes": reports,
     }
+
+
+_NO_MANIFEST_HINT = "re-certify the node, or pass --ignore-manifest to judge the bundle as it is"
+MAX_PROFILE_BYTES = 1024 * 1024
+
+
+def _bundle_hosts(root: Path) -> list[str]:
+    """Entries that stand for a host: directories, and links (refused when judged)."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        mode = os.lstat(root / name).st_mode
+        if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+            out.append(name)
+    return out
+
+
+def _read_manifest(root: Path) -> dict[str, str] | str:
+    """MANIFEST.json's {relative file: sha256}, or why it cannot vouch for the bundle."""
+    path = root / MANIFEST
+    if not os.path.lexists(path):
+        return (
+            "the bundle has no MANIFEST.json: its evidence cannot be shown unchanged since the run"
+        )
+    try:
+        doc = json.loads(read_file_capped(path))
+    except BundleError as exc:
+        return f"MANIFEST.json unreadable: {exc.message}"
+    except (ValueError, RecursionError) as exc:
+        return f"MANIFEST.json is not valid JSON ({exc})"
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "MANIFEST.json is malformed: no files {path: sha256} mapping"
+    return files
+
+
+def _check_manifest(manifest: dict[str, str] | str, host: str, files: dict[str, bytes]) -> None:
+    if isinstance(manifest, str):
+        raise BundleError(manifest, hint=_NO_MANIFEST_HINT)
+    listed = {
+        k.removeprefix(host + "/"): v for k, v in manifest.items() if k.startswith(host + "/")
+    }
+    problems = [f"{n} (added)" for n in sorted(set(files) - set(listed))]
+    problems += [f"{n} (missing)" for n in sorted(set(listed) - set(files))]
+    problems += [
+        f"{n} (changed)"
+        for n in sorted(set(files) & set(listed))
+        if hashlib.sha256(files[n]).hexdigest() != listed[n]
+    ]
+    if problems:
+        raise BundleError(
+            f"evidence changed since the run: {', '.join(problems)}", hint=_NO_MANIFEST_HINT
+        )
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A bundle's own profile is untrusted YAML: no aliases (no alias bomb)."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.events.AliasEvent):
+            raise yaml.YAMLError("YAML aliases are not accepted in a bundle's profile")
+        return super().compose_node(parent, index)
+
+
+def _bundle_profile(host: str, meta: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
+    """meta.json's profile: a file of this host directory (a SKU variant) or a shipped
+    profile by name; never a path elsewhere on the controller."""
+    name = meta.get("profile")
+    hint = "pass --profile SKU"
+    if not name or not isinstance(name, str):
+        raise BundleError("no profile recorded for this host in meta.json", hint=hint)
+    if name in files and name != META:
+        where = f"{host}/{name}"
+        if len(files[name]) > MAX_PROFILE_BYTES:
+            raise BundleError(f"profile {where} over {MAX_PROFILE_BYTES} bytes", hint=hint)
+        try:
+            data = yaml.load(files[name], Loader=_NoAliasLoader)  # a SafeLoader
+        except (yaml.YAMLError, RecursionError, ValueError) as exc:
+            raise BundleError(f"profile {where} is not valid YAML ({exc})", hint=hint) from None
+        return validate_profile(data, where)
+    if name in list_profiles():
+        return load_profile(name)
+    raise BundleError(
+        f"profile {name!r} is neither a file in this host directory nor a shipped profile",
+        hint=hint,
+    )
+
+
+def _partial(evidence, ctx: rules.NodeContext, only: list[str] | None) -> list[rules.Finding]:
+    """Every rule's finding; a bundle naming a subset of rules (real captures) is judged on
+    those, the others are ERROR: partial evidence never makes a node PASS."""
+    judged = {f.rule: f for f in rules.evaluate(evidence, ctx, only)}
+    covered = ", ".join(judged) or "no rule"
+    return [
+        judged.get(rule.id)
+        or rules.Finding(
+            rule.id,
+            rule.title,
+            rules.ERROR,
+            f"not judged: partial evidence, the bundle covers only {covered}",
+            "certify the node to judge every rule",
+            rule.severity,
+        )
+        for rule in rules.RULES
+    ]
+
+
+def _judge_host(
+    root: Path,
+    host: str,
+    fixed_profile: dict[str, Any] | None,
+    manifest: dict[str, str] | str | None,
+) -> dict[str, Any]:
+    host_dir = root / host
+    try:
+        if not os.path.lexists(host_dir):
+            raise BundleError(
+                "evidence changed since the run: host directory missing", hint=_NO_MANIFEST_HINT
+            )
+        files = read_host_files(host_dir)
+        if manifest is not None:
+            _check_manifest(manifest, host, files)
+        evidence, meta = host_bundle(files, str(host_dir))
+        node_profile = fixed_profile or _bundle_profile(host, meta, files)
+    except GpubootError as exc:  # this host's evidence is not judged; the others are
+        return _node_error(host, exc)
+    ctx = rules.NodeContext(
+        host=host, profile=node_profile, hostvars=meta.get("pins") or {}, meta=meta
+    )
+    return _node_report(host, _partial(evidence, ctx, meta.get("rules")))
+
+
+def _node_error(host: str, exc: GpubootError) -> dict[str, Any]:
+    """Every rule ERROR with one short reason: the host's evidence could not be trusted."""
+    action = exc.hint or "certify the node again for fresh evidence"
+    findings = [
+        rules.Finding(r.id, r.title, rules.ERROR, exc.message, action, r.severity)
+        for r in rules.RULES
+    ]
+    return _node_report(host, findings)

@@ -6,7 +6,9 @@ evidence is kept) and under molecule's testinfra verifier.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,13 +16,85 @@ import pytest
 
 from gpuboot import __version__
 from gpuboot.checks.pair_phase import run_pair_probes
-from gpuboot.collect import ProbeOutput, script, state_probes, unpack, write_host_bundle
+from gpuboot.collect import (
+    NodeAnswerRejected,
+    Probe,
+    ProbeOutput,
+    bundle_host_dir,
+    script,
+    state_probes,
+    unpack,
+    write_host_bundle,
+)
 from gpuboot.errors import GpubootError
 from gpuboot.inventory import with_derived
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
+from gpuboot.runner import failure_reason, last_line
 
 MAX_PARALLEL = 32
+
+# What a bundle's meta.json "pins" records of a host's variables: exactly what the rules
+# read (ctx.var / ctx.enabled / hostvars in gpuboot/checks and gpuboot/probes) and the
+# stack's pins, so `gpuboot evaluate` judges as certify did. Nothing else: an inventory
+# also holds mirror URLs with credentials, tokens and passwords, which a bundle must not.
+_COMPONENTS = (
+    "nvidia_fabricmanager",
+    "nvidia_nscq",
+    "cuda_toolkit",
+    "doca_ofed",
+    "nvidia_fs",
+    "nvidia_container_toolkit",
+    "dcgm",
+)
+BUNDLE_VARS = frozenset(
+    {
+        "gpuboot_profile",
+        "gpuboot_stack",
+        "gpuboot_os_family",
+        "gpuboot_probes",
+        "gpuboot_baseline_manage_kernel",
+        "gpuboot_roce_pfc_priorities",
+        "gpuboot_roce_trust",
+        "gpuboot_thresholds",
+        "gpuboot_mig",
+        "nvidia_mig_layout",
+        "kernel_version",
+        "kernel_package_version",
+        "kernel_packages",
+        "kernel_hold_method",
+        "kernel_hold_packages",
+        "nvidia_driver_branch",
+        "nvidia_driver_version",
+        "nvidia_driver_flavor",
+        "nvidia_driver_packages",
+        "nvidia_driver_module_stream",
+        "nvidia_peermem_enabled",
+        *(f"{c}_{k}" for c in _COMPONENTS for k in ("enabled", "package", "version", "packages")),
+    }
+)
+_SECRET_WORDS = ("password", "passwd", "token", "secret", "credential", "_key")
+_URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+
+
+def _scrub(value):
+    """Credentials out of any URL in a recorded value (``https://user:pw@host`` -> host)."""
+    if isinstance(value, str):
+        return _URL_USERINFO.sub(r"\1", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    return value
+
+
+def bundle_pins(hostvars: dict) -> dict:
+    """The allow-listed variables a bundle records (never one named like a secret)."""
+    return {
+        k: _scrub(v)
+        for k, v in sorted(hostvars.items())
+        if k in BUNDLE_VARS and not any(w in k.lower() for w in _SECRET_WORDS)
+    }
 
 
 class HostUnreachable(GpubootError):
@@ -48,26 +122,39 @@ def _collect(host, level_override: str | None = None) -> dict:
     state = state_probes(profile, hostvars)
     bandwidth = node_probes(profile, hostvars, level) if profile else []
     started = time.time()
-    cmd = host.run(script(procfs, sysfs, state, bandwidth))
+    try:
+        cmd = host.run(script(procfs, sysfs, state, bandwidth))
+    except Exception as exc:  # ssh failed (testinfra: RuntimeError carrying the script)
+        raise HostUnreachable(f"unreachable: {failure_reason(exc)}", where=_name(host)) from None
     if cmd.rc != 0 or not cmd.stdout.strip():
-        why = (cmd.stderr.strip() or cmd.stdout.strip() or f"exit {cmd.rc}").splitlines()[-1]
+        why = last_line(cmd.stderr) or last_line(cmd.stdout) or f"exit {cmd.rc}"
         raise HostUnreachable(
             f"evidence collection failed (exit {cmd.rc}): {why}", where=_name(host)
         )
-    evidence = unpack(cmd.stdout.strip())
-    pins = {k: v for k, v in hostvars.items() if k.startswith(("nvidia_", "gpuboot_"))}
-    pins.update({k: v for k, v in hostvars.items() if k.endswith(("_enabled", "_version"))})
-    meta = {
-        "host": _name(host),
+    try:
+        evidence = unpack(cmd.stdout.strip(), state, bandwidth)
+    except NodeAnswerRejected as exc:
+        exc.where = _name(host)
+        raise
+    meta = node_meta(_name(host), hostvars, level, (*state, *bandwidth), started)
+    return {"evidence": evidence, "hostvars": hostvars, "meta": meta, "profile": profile}
+
+
+def node_meta(
+    name: str, hostvars: dict, level: str, probes: Sequence[Probe], started: float
+) -> dict:
+    """A host's meta.json as certify keeps it: what `gpuboot evaluate` needs to judge the
+    bundle as certify did (profile, the allow-listed variables, the probe level), no more."""
+    return {
+        "host": name,
         "profile": hostvars.get("gpuboot_profile"),
         "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "collect_s": round(time.time() - started, 3),
         "gpuboot": __version__,
-        "pins": pins,
+        "pins": bundle_pins(hostvars),
         "probes": level,
-        "commands": {p.file: p.command for p in (*state, *bandwidth)},
+        "commands": {p.file: p.command for p in probes},
     }
-    return {"evidence": evidence, "hostvars": hostvars, "meta": meta, "profile": profile}
 
 
 def _runner(hosts: dict):
@@ -107,7 +194,11 @@ def _evidence_store(request: pytest.FixtureRequest) -> dict:
     run_pair_probes(ok, _runner(hosts))
     if bundle_path is not None:
         for name, entry in ok.items():
-            write_host_bundle(bundle_path / name, entry["evidence"], entry["meta"])
+            try:  # a host whose evidence cannot be kept safely is ERROR, not the run
+                target = bundle_host_dir(bundle_path, name)
+                write_host_bundle(target, entry["evidence"], entry["meta"])
+            except (GpubootError, OSError) as exc:
+                store[name] = exc
     return store
 
 

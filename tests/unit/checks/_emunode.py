@@ -72,9 +72,8 @@ def collect(
     sysroot = node.root / "run" / "gpuemu"
     profile, hostvars = node.profile, {**STACK_VARS, **extra}
     bandwidth = node_probes(profile, hostvars, level)
-    text = script(
-        str(sysroot / "proc"), str(sysroot / "sys"), state_probes(profile, hostvars), bandwidth
-    )
+    state = state_probes(profile, hostvars)
+    text = script(str(sysroot / "proc"), str(sysroot / "sys"), state, bandwidth)
     # no systemd here: answer the fabric manager probe from the emulator's own state
     text = text.replace("systemctl is-active nvidia-fabricmanager", _fm_state(node))
     # A lab node's container sees only its own processes; this node shares the host's, so
@@ -93,7 +92,7 @@ def collect(
         start_new_session=True,
     )
     assert out.returncode == 0, out.stderr
-    return unpack(out.stdout.strip())
+    return unpack(out.stdout.strip(), state, bandwidth)
 
 
 def _fm_state(node: EmuNode) -> str:
