@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpuboot import paths
+from gpuboot import locks, paths
 from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory, load_inventory, match_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
@@ -33,9 +34,10 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     overlay = run_dir / "stack-vars.yml"
     # str(): ansible-core 2.19 hands out host names as a str subclass yaml cannot dump.
     hosts = {str(host): dict(role_vars) for host, role_vars in inv.derived_vars.items()}
-    overlay.write_text(
+    paths.write_private(
+        overlay,
         "# Written by gpuboot install: role variables derived from each host's stack and profile.\n"
-        + yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=True)
+        + yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=True),
     )
     return overlay
 
@@ -144,6 +146,7 @@ def install(
     full: bool = False,
     drain: Drain | None = None,
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
+    warn: Callable[[str], None] = lambda _m: None,
 ) -> InstallResult:
     """Converge the inventory batch by batch; stop once more hosts failed than the budget.
 
@@ -152,7 +155,9 @@ def install(
     that has not drifted since its last converge skips the roles, unless ``full``. With
     ``drain``, each batch's cluster members whose stack changes are cordoned and drained
     first (a node that cannot be drained fails and is not touched); they stay cordoned
-    until `gpuboot certify --kubeconfig` passes them.
+    until `gpuboot certify --kubeconfig` passes them. A real (not --check) run holds its
+    hosts' machine locks (gpuboot.locks) throughout: a second run on them is refused.
+    Ctrl-C ends the play; rollout.json keeps what finished and --resume does the rest.
     """
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
     if drain is not None:
@@ -168,7 +173,7 @@ def install(
         )
     resumed_from = None
     if resume:
-        resumed_from, redo = resume_hosts(inv.path, resume)
+        resumed_from, redo = resume_hosts(inv.path, resume, warn=warn)
         hosts = [h for h in hosts if h in redo]
     size = batch_size(serial, max(len(hosts), 1))
     state = RolloutState(
@@ -178,6 +183,44 @@ def install(
         budget=failure_budget(max_fail, len(hosts)),
         check=check,
     )
+    held = (
+        contextlib.nullcontext()
+        if check
+        else locks.hold({h: locks.machine(h, inv.hosts[h]) for h in hosts}, "install")
+    )
+    with held:
+        return _roll_out(
+            inv,
+            state,
+            tags=tags,
+            forks=forks,
+            check=check,
+            diff=diff,
+            allow_reboot=allow_reboot,
+            full=full,
+            drain=drain,
+            on_update=on_update,
+            resumed_from=resumed_from,
+        )
+
+
+def _roll_out(
+    inv: Inventory,
+    state: RolloutState,
+    *,
+    tags: tuple[str, ...],
+    forks: int,
+    check: bool,
+    diff: bool,
+    allow_reboot: bool,
+    full: bool,
+    drain: Drain | None,
+    on_update: Callable[[dict[str, HostResult]], None] | None,
+    resumed_from: str | None,
+) -> InstallResult:
+    """The batches of a checked, locked install; rollout.json saved after each batch and
+    when interrupted."""
+    hosts, size = state.hosts, state.batch_size
     started = time.monotonic()
     run_id, run_dir = new_run_dir("install")
     overlay = stack_overlay(inv, run_dir)
@@ -185,49 +228,59 @@ def install(
     results: dict[str, HostResult] = {h: HostResult(host=h, pending=True) for h in hosts}
     outcome = InstallResult(run_id, run_dir, 0.0, results, state, resumed_from)
     state.save(run_dir)
-    for number, batch in enumerate(batches(hosts, size), start=1):
-        if state.budget_spent:
-            state.stopped = (
-                f"{len(state.failed)} host(s) failed, more than --max-fail allows "
-                f"({state.budget}); {len(state.pending)} host(s) not started"
+    try:
+        for number, batch in enumerate(batches(hosts, size), start=1):
+            if state.budget_spent:
+                state.stopped = (
+                    f"{len(state.failed)} host(s) failed, more than --max-fail allows "
+                    f"({state.budget}); {len(state.pending)} host(s) not started"
+                )
+                break
+            if drain is not None and check:
+                outcome.would_drain += stack_changes(inv.path, batch)
+            elif drain is not None:
+                batch = _drain_batch(inv, batch, drain, outcome)
+                if not batch:
+                    state.save(run_dir)
+                    continue
+            spec = RunSpec(
+                playbook=PLAYBOOK,
+                inventory=(inv.path, overlay) if overlay else (inv.path,),
+                label="install",
+                limit=",".join(batch),
+                tags=tags,
+                forks=forks,
+                check=check,
+                diff=diff,
+                extravars={
+                    "gpuboot_allow_reboot": allow_reboot,
+                    "gpuboot_converged_digests": digests,
+                    "gpuboot_converged_trust": not full,
+                },
             )
-            break
-        if drain is not None and check:
-            outcome.would_drain += stack_changes(inv.path, batch)
-        elif drain is not None:
-            batch = _drain_batch(inv, batch, drain, outcome)
-            if not batch:
-                state.save(run_dir)
-                continue
-        spec = RunSpec(
-            playbook=PLAYBOOK,
-            inventory=(inv.path, overlay) if overlay else (inv.path,),
-            label="install",
-            limit=",".join(batch),
-            tags=tags,
-            forks=forks,
-            check=check,
-            diff=diff,
-            extravars={
-                "gpuboot_allow_reboot": allow_reboot,
-                "gpuboot_converged_digests": digests,
-                "gpuboot_converged_trust": not full,
-            },
-        )
-        sub = run_dir if size >= len(hosts) else run_dir / f"batch-{number:02d}"
-        sub.mkdir(exist_ok=True)
+            sub = run_dir if size >= len(hosts) else run_dir / f"batch-{number:02d}"
+            paths.private_dir(sub)
 
-        def show(batch_hosts: dict[str, HostResult]) -> None:
-            if on_update is not None:
-                on_update({**results, **batch_hosts})
+            def show(batch_hosts: dict[str, HostResult]) -> None:
+                if on_update is not None:
+                    on_update({**results, **batch_hosts})
 
-        played = run(spec, show, into=(run_id, sub))
-        for host in batch:
-            result = played.hosts.get(host) or HostResult(
-                host=host, failed=1, reason="the play never reached this host"
-            )
-            results[host] = result
-            (state.failed if broken_hosts({host: result}) else state.converged).append(host)
+            played = run(spec, show, into=(run_id, sub))
+            for host in batch:
+                result = played.hosts.get(host) or HostResult(
+                    host=host, failed=1, reason="the play never reached this host"
+                )
+                results[host] = result
+                (state.failed if broken_hosts({host: result}) else state.converged).append(host)
+            state.save(run_dir)
+    except KeyboardInterrupt:
+        # The interrupted batch's hosts stay pending: --resume redoes them.
+        state.stopped = f"interrupted; {len(state.pending)} host(s) not finished"
         state.save(run_dir)
+        raise KeyboardInterrupt(
+            f"install stopped; {len(state.converged)} host(s) converged and "
+            f"{len(state.failed)} failed are kept in {run_dir / 'rollout.json'}; to go on: "
+            f"gpuboot install -i {inv.path} --resume {run_id}"
+        ) from None
     outcome.elapsed_s = time.monotonic() - started
     return outcome

@@ -1,7 +1,8 @@
 """`gpuboot plan`: what each node has now against what its stack wants (read-only).
 
 One SSH round trip per node (`dpkg-query -W`), all nodes in parallel; nothing is
-changed on any node.
+changed on any node. A node that cannot be reached is reported as such (with what ssh
+said) and the others are still planned.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from gpuboot import paths
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
 from gpuboot.inventory import load_inventory
+from gpuboot.runner import failure_reason, last_line
 
 
 def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
@@ -55,9 +57,16 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
     def one(host) -> dict[str, Any]:
         name = host.backend.get_hostname()
         hostvars = inv.resolved(name)
-        cmd = host.run(DPKG_QUERY)
+        try:
+            cmd = host.run(DPKG_QUERY)
+        except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
+            return {
+                "host": name,
+                "unreachable": True,
+                "error": f"unreachable: {failure_reason(exc)}",
+            }
         if cmd.rc != 0:
-            why = (cmd.stderr.strip() or f"exit {cmd.rc}").splitlines()[-1]
+            why = last_line(cmd.stderr) or f"exit {cmd.rc}"
             return {"host": name, "error": f"cannot read installed packages: {why}"}
         try:
             installed = installed_versions(cmd.stdout)

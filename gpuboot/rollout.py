@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,37 +94,86 @@ class RolloutState:
         }
 
     def save(self, run_dir: Path) -> None:
-        (run_dir / STATE_FILE).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Replace the record atomically: a kill or a full disk leaves the previous one."""
+        paths.write_private(run_dir / STATE_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
-def resume_hosts(inventory: Path, run: str) -> tuple[str, list[str]]:
+# What --resume reads from a record, and the type each must have.
+RECORD_KEYS = {"inventory": str, "check": bool, "failed": list, "pending": list}
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A rollout record, checked; ValueError names the line or key that is wrong."""
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})") from None
+    except OSError as exc:
+        raise ValueError(f"unreadable ({exc.strerror or exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    for key, kind in RECORD_KEYS.items():
+        if key not in doc:
+            raise ValueError(f"key {key!r} is missing")
+        value = doc[key]
+        if not isinstance(value, kind) or (
+            kind is list and not all(isinstance(h, str) for h in value)
+        ):
+            want = "a list of host names" if kind is list else kind.__name__
+            raise ValueError(f"key {key!r} is not {want}: {str(value)[:60]!r}")
+    return doc
+
+
+def resume_hosts(
+    inventory: Path, run: str, *, warn: Callable[[str], None] = lambda _m: None
+) -> tuple[str, list[str]]:
     """(run id, hosts to redo) of an earlier install of ``inventory``: ``run`` is a run id,
-    or ``latest`` for the newest install run (not a --check one) of this inventory."""
+    or ``latest`` for the newest install run (not a --check one) of this inventory. With
+    ``latest`` a malformed record (a crash, a hand edit) is skipped with a warning."""
     runs = paths.runs_dir()
     wanted = str(inventory.resolve())
     if run == "latest":
-        candidates = sorted(runs.glob(f"*-install-*/{STATE_FILE}"), reverse=True)
-        states = [
-            p
-            for p in candidates
-            if (doc := json.loads(p.read_text()))["inventory"] == wanted and not doc["check"]
-        ]
-        if not states:
+        state = None
+        for candidate in sorted(runs.glob(f"*-install-*/{STATE_FILE}"), reverse=True):
+            try:
+                doc = read_record(candidate)
+            except ValueError as exc:
+                warn(f"warning: {candidate}: {exc}; skipped, resuming from an earlier run")
+                continue
+            if doc["inventory"] == wanted and not doc["check"]:
+                state, path = doc, candidate
+                break
+        if state is None:
             raise BadInput(
                 f"no earlier install run of {inventory} to resume",
                 where=str(runs),
                 hint="run `gpuboot install` without --resume first",
             )
-        path = states[0]
     else:
         path = runs / run / STATE_FILE
+        if not RUN_ID.fullmatch(run):
+            raise BadInput(
+                f"--resume {run!r} is not a run id",
+                where="gpuboot install --resume",
+                hint="pass an install run id (the run dir's name an install prints), or `latest`",
+            )
         if not path.is_file():
             raise BadInput(
                 f"run {run!r} has no {STATE_FILE}: not an install run",
                 where=str(runs / run),
                 hint="pass an install run id (see the run dir an install prints), or `latest`",
             )
-    state = json.loads(path.read_text())
+        try:
+            state = read_record(path)
+        except ValueError as exc:
+            raise BadInput(
+                f"the run's record is malformed: {exc}",
+                where=str(path),
+                hint="resume from another run (or `latest`), or install without --resume",
+            ) from None
     if state["inventory"] != wanted:
         raise BadInput(
             f"run {path.parent.name} installed {state['inventory']}, not {wanted}",

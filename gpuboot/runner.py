@@ -8,16 +8,22 @@ because runs that share one leak env files into each other (LAB-NOTES).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
+import stat
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuboot import paths
+from gpuboot import locks, paths
 from gpuboot.errors import RunError
 
 
@@ -183,23 +189,148 @@ class EventFolder:
 
 
 def new_run_dir(label: str) -> tuple[str, Path]:
+    """A fresh run directory, private to the operator (it will hold host data)."""
     run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{label}-" + uuid.uuid4().hex[:6]
-    run_dir = paths.runs_dir() / run_id
-    run_dir.mkdir(parents=True)
+    runs = paths.runs_dir()
+    hint = "set GPUBOOT_RUNS (or GPUBOOT_HOME) to a writable directory with free space"
+    if not runs.exists():
+        paths.private_dir(runs, hint=hint)
+    run_dir = paths.private_dir(runs / run_id, hint=hint)
+    locks.note_run(run_id)  # the hosts this process holds now name their run
     return run_id, run_dir
 
 
-def close_ssh_masters(control_dir: Path) -> None:
-    """Ask every SSH master of a finished run to exit (`ssh -O exit`)."""
-    if not control_dir.is_dir():
-        return
-    for sock in control_dir.iterdir():
-        subprocess.run(
-            ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpuboot-run"],
+# A failure reason is one line of at most this many characters: an unreachable node's
+# findings each carry it, and testinfra's ssh error would carry the whole command.
+REASON_MAX = 300
+# ssh's chatter around the line that says what went wrong
+_SSH_CHATTER = ("Warning: Permanently added", "** ")
+
+
+def last_line(text: str) -> str:
+    """The last meaningful line of a tool's output, shortened to REASON_MAX."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line and not line.startswith(_SSH_CHATTER):
+            return _shorten(line)
+    return ""
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One short line for a failed remote command. testinfra's ssh backend raises
+    ``RuntimeError(CommandResult)`` when ssh itself fails (exit 255), whose text is the
+    whole command (certify's: the 6 KB collection script): say what ssh said instead."""
+    result = exc.args[0] if exc.args else None
+    if hasattr(result, "exit_status") and hasattr(result, "stderr"):
+        return last_line(result.stderr) or last_line(result.stdout) or f"exit {result.rc}"
+    return _shorten(str(exc)) or type(exc).__name__
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _ssh_control(sock: Path, command: str) -> subprocess.CompletedProcess | None:
+    """``ssh -O command`` against one ControlMaster socket; None when ssh could not answer."""
+    try:
+        return subprocess.run(
+            ["ssh", "-o", f"ControlPath={sock}", "-O", command, "gpuboot-run"],
             capture_output=True,
+            text=True,
             timeout=10,
             check=False,
         )
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+
+
+def close_ssh_masters(control_dir: Path, grace_s: float = 2.0) -> None:
+    """End every SSH master of a run: ask each to exit (`ssh -O exit`); one whose socket is
+    still there after ``grace_s`` did not take the request (ssh reports success whatever
+    the master did) and is ended by the pid it reports (`ssh -O check`). Never raises: it
+    runs on every way out of a play, Ctrl-C included, and must try every socket."""
+    try:
+        socks = sorted(p for p in control_dir.iterdir() if _is_socket(p))
+    except OSError:
+        return
+    for sock in socks:
+        _ssh_control(sock, "exit")
+    deadline = time.monotonic() + grace_s
+    while any(_is_socket(s) for s in socks) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a master that exits removes its socket
+    for sock in (s for s in socks if _is_socket(s)):
+        check = _ssh_control(sock, "check")
+        found = re.search(r"\(pid=(\d+)\)", check.stderr) if check is not None else None
+        if found:
+            with contextlib.suppress(OSError):
+                os.kill(int(found.group(1)), signal.SIGTERM)
+
+
+def _play_processes(marker: bytes) -> list[int]:
+    """The processes of one play, found by a variable only its environment carries."""
+    found = []
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:  # no procfs: nothing to sweep
+        return found
+    for pid in entries:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if int(pid) != os.getpid() and marker in environ.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+def end_play_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
+    """End whatever of a play is still running; the pids that had to be ended.
+
+    ansible-runner's cancel SIGKILLs ansible-playbook's process group only, but each of
+    ansible's workers runs in a session of its own (setsid) with its ssh clients: they
+    outlive it, and so would a master that did not exit. Everything a play started
+    inherits its environment, where ANSIBLE_SSH_CONTROL_PATH_DIR names this run alone:
+    SIGTERM (a worker then ends its own process group), SIGKILL what remains."""
+    marker = f"ANSIBLE_SSH_CONTROL_PATH_DIR={run_dir / 'cp'}".encode()
+    ended: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = _play_processes(marker)
+        if not pids:
+            break
+        ended += [p for p in pids if p not in ended]
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while _play_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return ended
+
+
+@contextlib.contextmanager
+def _cancel_on_signal() -> Iterator[Callable[[], bool]]:
+    """While a play runs, Ctrl-C (SIGINT) or SIGTERM asks ansible-runner to cancel: it
+    kills ansible-playbook's process group, which runs in a session of its own (a pty) and
+    would outlive a KeyboardInterrupt unwinding past it. Left to itself, runner installs
+    such a handler for good, and every later Ctrl-C of the process is swallowed."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop.is_set  # only the main thread receives signals
+        return
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop.is_set
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def ansible_env(run_dir: Path) -> dict[str, str]:
@@ -230,7 +361,7 @@ def run(
 
     run_id, run_dir = into or new_run_dir(spec.label)
     private = run_dir / "private"
-    private.mkdir()
+    paths.private_dir(private)
     cmdline = []
     if spec.check:
         cmdline.append("--check")
@@ -239,27 +370,30 @@ def run(
     folder = EventFolder(on_update)
     env = ansible_env(run_dir)
     started = time.monotonic()
-    try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            artifact_dir=str(run_dir / "artifacts"),
-            ident="job",
-            playbook=str(spec.playbook),
-            inventory=[str(p) for p in spec.inventory],
-            limit=spec.limit,
-            tags=",".join(spec.tags) or None,
-            forks=spec.forks,
-            cmdline=" ".join(cmdline) or None,
-            extravars=spec.extravars or None,
-            envvars=env,
-            event_handler=folder,
-            quiet=True,
-            settings={"suppress_ansible_output": True},
-        )
-    except Exception as exc:  # runner's own failures (bad paths, missing binaries)
-        raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
-    finally:
-        close_ssh_masters(run_dir / "cp")
+    with _cancel_on_signal() as cancelled:
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(private),
+                artifact_dir=str(run_dir / "artifacts"),
+                ident="job",
+                playbook=str(spec.playbook),
+                inventory=[str(p) for p in spec.inventory],
+                limit=spec.limit,
+                tags=",".join(spec.tags) or None,
+                forks=spec.forks,
+                cmdline=" ".join(cmdline) or None,
+                extravars=spec.extravars or None,
+                envvars=env,
+                event_handler=folder,
+                cancel_callback=cancelled,
+                quiet=True,
+                settings={"suppress_ansible_output": True},
+            )
+        except Exception as exc:  # runner's own failures (bad paths, missing binaries)
+            raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
+        finally:  # inside the handler: a second Ctrl-C cannot cut the cleanup short
+            close_ssh_masters(run_dir / "cp")
+            end_play_processes(run_dir)
     elapsed = time.monotonic() - started
     result = PlayResult(
         run_id=run_id,
@@ -272,7 +406,9 @@ def run(
     stdout = run_dir / "artifacts" / "job" / "stdout"
     if stdout.exists():
         (run_dir / "stdout").symlink_to(stdout.relative_to(run_dir))
-    (run_dir / "results.json").write_text(json.dumps(result.to_dict(), indent=2))
+    paths.write_private(run_dir / "results.json", json.dumps(result.to_dict(), indent=2))
+    if cancelled():
+        raise KeyboardInterrupt(f"the play was stopped (ansible-playbook ended); see {run_dir}")
     # Without the final stats the play never finished (syntax error, bad option, crash):
     # that is a broken run, not a verdict on any host.
     if not folder.stats_seen:
