@@ -153,6 +153,7 @@ def cmd_install(args) -> Outcome:
         full=args.full,
         drain=drain,
         on_update=live.update if live else None,
+        warn=lambda msg: _err(f"gpuboot: {msg}"),  # shown even with -q
     )
     rollout = result.rollout
     if not result.hosts:
@@ -284,31 +285,39 @@ def cmd_mirror(args) -> Outcome:
 
 
 # ---------------------------------------------------------------- certify / evaluate
+def _not_passed(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings judged other than PASS, the verdict's own first (SKIPPED ones did not run)."""
+    judged = [f for f in node["findings"] if f["status"] not in ("PASS", "SKIPPED")]
+    return sorted(judged, key=lambda f: f["status"] != node["verdict"])
+
+
+def _checks_summary(node: dict[str, Any]) -> str:
+    statuses = [f["status"] for f in node["findings"]]
+    passed, skipped = statuses.count("PASS"), statuses.count("SKIPPED")
+    if not passed and node["verdict"] == "ERROR":
+        return f"nothing was checked: {skipped} check(s) skipped"
+    return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
+
+
 def _verdict_text(report: dict[str, Any]) -> str:
     from gpuboot.ui import table
 
     rows = []
     for node in report["nodes"]:
-        bad = sorted(
-            (f for f in node["findings"] if f["status"] != "PASS"),
-            key=lambda f: f["status"] != node["verdict"],
-        )
+        bad = _not_passed(node)
         first = bad[0] if bad else None
         rows.append(
             (
                 node["host"],
                 node["verdict"],
                 f"{first['rule']} {first['title']}" if first else "",
-                first["reason"] if first else f"{len(node['findings'])} checks passed",
+                first["reason"] if first else _checks_summary(node),
             )
         )
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
-        bad = sorted(
-            (f for f in node["findings"] if f["status"] != "PASS"),
-            key=lambda f: f["status"] != node["verdict"],
-        )
-        for f in bad[1:]:
+        skipped = [f for f in node["findings"] if f["status"] == "SKIPPED"]
+        for f in _not_passed(node)[1:] + skipped:
             text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
     if report.get("bundle"):
         text += f"\nevidence bundle: {report['bundle']}"
@@ -316,10 +325,7 @@ def _verdict_text(report: dict[str, Any]) -> str:
 
 
 def cmd_certify(args) -> Outcome:
-    from pathlib import Path
-
-    from gpuboot import certify
-    from gpuboot.report import certificate, write_reports
+    from gpuboot.report import certificate
 
     if args.gen_key:
         path = certificate.generate_key(args.gen_key)
@@ -341,6 +347,29 @@ def cmd_certify(args) -> Outcome:
             where="gpuboot certify",
             hint="see `gpuboot certify --help`",
         )
+    if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
+        _check_kubeconfig(args)
+    from gpuboot.locks import hold_inventory
+
+    # The probes need idle GPUs and the gate changes taints: one such run per node.
+    with hold_inventory(args.inventory, args.limit, "certify"):
+        return _certify_inventory(args)
+
+
+def _check_kubeconfig(args) -> None:
+    """The check install makes before touching a host: the kubeconfig loads."""
+    from gpuboot.k8s.gate import connect
+
+    connect(args.kubeconfig, args.k8s_context)
+
+
+def _certify_inventory(args) -> Outcome:
+    """certify -i: checks and probes, reports, certificates, the gate."""
+    from pathlib import Path
+
+    from gpuboot import certify
+    from gpuboot.report import write_reports
+
     report = certify.certify(
         args.inventory,
         limit=args.limit,
@@ -408,6 +437,15 @@ def _gate(args, report: dict[str, Any], text: str, *, allow_warn: bool = False):
 
 
 def cmd_scan(args) -> Outcome:
+    from gpuboot.locks import hold_inventory
+
+    if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
+        _check_kubeconfig(args)
+    with hold_inventory(args.inventory, args.limit, "scan"):
+        return _scan_inventory(args)
+
+
+def _scan_inventory(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot import scan
@@ -448,7 +486,9 @@ def cmd_scan(args) -> Outcome:
 def cmd_evaluate(args) -> Outcome:
     from gpuboot import certify
 
-    report = certify.evaluate_bundle(args.bundle, profile=args.profile)
+    report = certify.evaluate_bundle(
+        args.bundle, profile=args.profile, ignore_manifest=args.ignore_manifest
+    )
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
     return Outcome(code, report, _verdict_text(report))
 
@@ -635,8 +675,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--bundle", required=True)
     ev.add_argument("--profile", help="SKU profile to judge against (default: from meta.json)")
+    ev.add_argument(
+        "--ignore-manifest",
+        action="store_true",
+        help="judge the files as they are, even where MANIFEST.json is missing or no longer "
+        "matches them (by default such a host is ERROR: evidence changed since the run)",
+    )
     ev.set_defaults(func=cmd_evaluate)
     return p
+
+
+def _os_error(exc: OSError) -> GpubootError:
+    from gpuboot.paths import fs_error
+
+    return fs_error(exc, hint="check that path (permissions, free space), then run again")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -645,7 +697,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         outcome = args.func(args)
-    except GpubootError as exc:
+    except (GpubootError, OSError) as caught:
+        # an OSError here is a controller file gpuboot could not write or read (a full
+        # disk, a read-only or missing directory): named with its errno text, no trace
+        exc = caught if isinstance(caught, GpubootError) else _os_error(caught)
         _err(f"gpuboot: error: {exc}")
         if want_json:
             print(
@@ -661,8 +716,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         return exc.exit_code
-    except KeyboardInterrupt:
-        _err("gpuboot: interrupted")
+    except KeyboardInterrupt as exc:  # the verb ended what it started; says how to go on
+        _err(f"gpuboot: interrupted{f': {exc}' if str(exc) else ''}")
         return 130
     except Exception as exc:  # the one place that catches everything
         import traceback

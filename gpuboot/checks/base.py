@@ -9,6 +9,7 @@ ERROR, never FAIL.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,9 @@ from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError
 
 PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
+# A check that did not run (the SKU lacks the part, the probe level or the run left it out):
+# it proves nothing, so it is never counted as passed; its reason says why it did not run.
+SKIPPED = "SKIPPED"
 HARNESS_ACTION = "fix the harness or probe, then certify again"
 
 
@@ -71,7 +75,7 @@ class Result:
 
 
 def not_applicable(why: str) -> Result:
-    return Result(PASS, f"not applicable: {why}", applicable=False)
+    return Result(SKIPPED, f"not applicable: {why}", applicable=False)
 
 
 Check = Callable[[Evidence, NodeContext], "str | Result | None"]
@@ -87,12 +91,23 @@ class Rule:
     evidence: tuple[str, ...] = ()  # probe files (patterns) the rule reads, for the catalogue
 
     def evaluate(self, evidence: Evidence, ctx: NodeContext) -> Finding:
-        out = self.check(evidence, ctx)
+        # A probe the rule reads that failed (timeout, non-zero exit) left output that may
+        # be partial: the rule is ERROR, whatever that output says. Checked around the
+        # check so a rule that does not apply (no such part, not asked for) still says so.
+        failed = failed_probe(evidence, self.evidence)
+        try:
+            out = self.check(evidence, ctx)
+        except GpubootError:
+            if failed:  # the probe's own failure says more than its output's parse error
+                raise ProbeFailed(failed) from None
+            raise
+        if failed and not (isinstance(out, Result) and not out.applicable):
+            return self.error(ProbeFailed(failed))
         if out is None:
             return Finding(self.id, self.title, PASS, "ok", severity=self.severity)
         if isinstance(out, str):
             return Finding(self.id, self.title, self.severity, out, self.action, self.severity)
-        action = "" if out.status == PASS else (out.action or self.action)
+        action = "" if out.status in (PASS, SKIPPED) else (out.action or self.action)
         if out.status == ERROR:
             action = out.action or HARNESS_ACTION
         return Finding(
@@ -126,6 +141,8 @@ def probes_matching(evidence: Evidence, pattern: str) -> dict[str, ProbeOutput]:
 
 def tool_failure(name: str, out: ProbeOutput) -> str | None:
     """Why a probe could not measure, from its exit code; None when it ran."""
+    if not isinstance(out.rc, int) or isinstance(out.rc, bool):
+        return f"{name}: exit code not recorded ({out.rc!r})"
     if out.rc == 0:
         return None
     if out.rc == 127:
@@ -135,3 +152,65 @@ def tool_failure(name: str, out: ProbeOutput) -> str | None:
     text = (out.stderr + "\n" + out.stdout).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return f"{name}: exit {out.rc}: {first}"
+
+
+# Exit codes that are the tool's answer, not a failure to measure: each tool's documented
+# code for a state of the node that a rule judges (pattern of the probe file, test on it).
+_SMI_LOST = "Unable to determine the device handle"
+_SMI_NONE = ("No devices were found", "No MIG-enabled devices found", "No GPU instances found")
+# nvidia-smi(1) RETURN VALUE: 8 power cables, 9 driver not loaded, 10 kernel interrupt
+# issue, 12 NVML library missing, 14 infoROM corrupted, 15 GPU fallen off the bus, 18
+# driver/library version mismatch; 127: nvidia-smi itself missing (driver userspace). These
+# are the node's state (GPU-001 and STK-001 report them); 2/3/4/13 (our query, our
+# permissions) and 255 are not.
+_SMI_NODE_STATE = frozenset({8, 9, 10, 12, 14, 15, 18, 127})
+# systemd's ActiveState words, which `systemctl is-active` prints whatever its exit code.
+SYSTEMD_STATES = frozenset(
+    {"active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance"}
+)
+_NCCL_WRONG = re.compile(r"Out of bounds values\s*:\s*[1-9]\d*\s+FAILED")
+
+
+def _smi_answer(out: ProbeOutput) -> bool:
+    text = out.stdout + out.stderr
+    if out.rc == 6:  # "query unsuccessful": an answer only when it says there is nothing
+        return any(m in text for m in _SMI_NONE)
+    return out.rc in _SMI_NODE_STATE
+
+
+ANSWER_EXITS: tuple[tuple[str, Callable[[ProbeOutput], bool]], ...] = (
+    ("nvidia-smi*", _smi_answer),
+    # exits 3 (4: no such unit) printing the unit's state when it is not active: FAB-001
+    # judges that state
+    ("systemctl_is-active_*", lambda o: o.rc in (3, 4) and o.stdout.strip() in SYSTEMD_STATES),
+    # cat exits 1 with nothing on stdout when the file is absent: no nvidia module loaded
+    ("proc_driver_nvidia_version.txt", lambda o: o.rc == 1 and not o.stdout.strip()),
+    # dcgmi diag exits 226 when a diagnostic test failed: DCG-001's finding
+    ("dcgmi_diag*", lambda o: o.rc == 226),
+    # nccl-tests exits 1 when results were wrong (data corruption): BW-004's finding
+    ("all_reduce_perf*", lambda o: o.rc == 1 and bool(_NCCL_WRONG.search(o.stdout))),
+    # pair runs: a failed run may be the partner's fault; the pair attribution (meta
+    # "pairs") judges it, or check_ib_write_bw/check_tcp_bw from the file alone
+    ("ib_write_bw_*", lambda o: True),
+    ("tcp_bw_*", lambda o: True),
+)
+
+
+def failed_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
+    """Why one of the probe files matching ``patterns`` did not run to completion (timeout,
+    non-zero exit, exit code not recorded), unless that exit is the tool's answer."""
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            outs = probes_matching(evidence, pattern)
+        else:
+            out = evidence.get(pattern)
+            outs = {pattern: out} if out is not None else {}
+        for name, out in outs.items():
+            if out.rc == 0 and isinstance(out.rc, int):
+                continue
+            why = tool_failure(name, out)
+            if why and not any(
+                fnmatch.fnmatchcase(name, p) and answer(out) for p, answer in ANSWER_EXITS
+            ):
+                return why
+    return None

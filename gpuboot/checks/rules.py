@@ -14,6 +14,7 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
     ERROR,
     FAIL,
     PASS,
+    SKIPPED,
     WARN,
     Finding,
     MissingEvidence,
@@ -60,9 +61,7 @@ def check_xid(evidence: Evidence, ctx: NodeContext) -> Result | None:
     """Hardware/driver Xids since boot, with the catalogue's action. Xid 13/43 (and other
     "application" codes) are the workload's faults; a GPU that fell off the bus without an
     Xid token counts as Xid 79 (the parser derives it)."""
-    text = probe(evidence, "dmesg.txt").stdout
-    if not text.strip():
-        return None  # an empty kernel ring buffer holds no Xid
+    text = gpu_rules.kernel_log(evidence)
     from gpuboot.evidence.xid_catalog import xid_info
 
     bad = [x for x in parse_kernel_log(text).xids if x.info.category != "application"]
@@ -336,8 +335,10 @@ def evaluate(evidence: Evidence, ctx: NodeContext, only: list[str] | None = None
 
 
 def verdict(findings: list[Finding]) -> str:
+    """The worst status; SKIPPED checks prove nothing either way. A node on which no check
+    ran is ERROR, never PASS: nothing was judged (the harness's doing, not the hardware's)."""
     statuses = {f.status for f in findings}
     for status in (FAIL, ERROR, WARN):
         if status in statuses:
             return status
-    return PASS
+    return PASS if statuses - {SKIPPED} else ERROR

@@ -12,6 +12,7 @@ from gpuboot.checks.base import (
     NodeContext,
     ProbeFailed,
     Result,
+    not_applicable,
     probe,
     tool_failure,
 )
@@ -19,6 +20,7 @@ from gpuboot.collect import Evidence
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (
     UU_BLACKLIST,
+    DpkgPackage,
     parse_apt_config_list,
     parse_dpkg_query,
     parse_showhold,
@@ -28,6 +30,7 @@ from gpuboot.stacks.versions import upstream_of
 DPKG = "dpkg-query_-W.txt"
 SHOWHOLD = "apt-mark_showhold.txt"
 APT_CONFIG = "apt-config_dump_Unattended-Upgrade.txt"
+NV_VERSION = "proc_driver_nvidia_version.txt"
 # Pin lists as the roles take them (gpuboot.stacks.role_vars), with the switch that turns
 # each one off. The kernel is pinned only where gpuboot manages it (not in the lab).
 PIN_LISTS = (
@@ -52,6 +55,27 @@ def _read(evidence: Evidence, name: str) -> str:
     return out.stdout
 
 
+def installed_packages(evidence: Evidence) -> dict[str, DpkgPackage]:
+    """The package database as dpkg-query lists it. dpkg lists itself on every Debian
+    system, so an empty list is an unreadable one, not a node without packages."""
+    packages = parse_dpkg_query(_read(evidence, DPKG))
+    if not packages:
+        raise ProbeFailed("dpkg-query listed no package", where=DPKG)
+    return packages
+
+
+def nvidia_version(evidence: Evidence) -> str | None:
+    """The loaded kernel module's version from /proc/driver/nvidia/version; None when the
+    file is absent (cat exits 1: no nvidia module loaded). The kernel writes whole lines:
+    text without its line end, or none at all from a successful cat, was cut or lost."""
+    out = probe(evidence, NV_VERSION)
+    if out.rc == 1 and not out.stdout.strip():
+        return None
+    if "\n" not in out.stdout:
+        raise ProbeFailed(f"{NV_VERSION} is empty or cut mid-line", where=NV_VERSION)
+    return parse_nvidia_version(out.stdout).version
+
+
 def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
     branch, pinned = ctx.var("nvidia_driver_branch"), ctx.var("nvidia_driver_version")
     if not branch or not pinned:
@@ -59,15 +83,14 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
             "no driver pin (nvidia_driver_branch/_version) for this host", where=ctx.host
         )
     want = upstream_of(str(pinned))
-    utils = parse_dpkg_query(probe(evidence, DPKG).stdout).get(f"nvidia-utils-{branch}")
+    utils = installed_packages(evidence).get(f"nvidia-utils-{branch}")
     if utils is None or not utils.installed:
         return f"nvidia-utils-{branch} is not installed (pinned {pinned})"
     if utils.version != str(pinned):
         return f"nvidia-utils-{branch} is {utils.version}, pinned {pinned}"
-    version_file = probe(evidence, "proc_driver_nvidia_version.txt")
-    if version_file.rc != 0 or not version_file.stdout.strip():
+    loaded = nvidia_version(evidence)
+    if loaded is None:
         return f"no NVIDIA kernel module loaded (userspace {upstream_of(utils.version)} installed)"
-    loaded = parse_nvidia_version(version_file.stdout).version
     pending = probe(evidence, "reboot-required.txt").stdout.strip()
     if loaded != want:
         extra = " (reboot pending)" if pending else ""
@@ -93,8 +116,8 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
     pins = pinned_packages(ctx)
     if not pins:
         # A host pinned by nvidia_driver_* alone has no package lists: STK-001 covers it.
-        return Result("PASS", "no stack package pins for this host", applicable=False)
-    packages = parse_dpkg_query(_read(evidence, DPKG))
+        return not_applicable("no stack package pins for this host")
+    packages = installed_packages(evidence)
     held = parse_showhold(_read(evidence, SHOWHOLD))
     missing, moved, loose = [], [], []
     for name, version in pins:
@@ -115,10 +138,10 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
 
 def check_unattended_blacklist(evidence: Evidence, ctx: NodeContext) -> Result | str | None:
     if ctx.var("gpuboot_os_family", "debian") != "debian":
-        return Result("PASS", "unattended-upgrades is Debian's", applicable=False)
+        return not_applicable("unattended-upgrades is Debian's")
     pins = pinned_packages(ctx)
     if not pins:
-        return Result("PASS", "no stack package pins for this host", applicable=False)
+        return not_applicable("no stack package pins for this host")
     patterns = parse_apt_config_list(_read(evidence, APT_CONFIG), UU_BLACKLIST)
     try:
         # unattended-upgrades matches each entry as a Python regular expression (re.match).

@@ -14,6 +14,7 @@ from gpuboot.report._util import (
     ERROR,
     FAIL,
     PASS,
+    SKIPPED,
     WARN,
     fmt_measure,
     fmt_num,
@@ -32,7 +33,7 @@ PLOT_X1 = WIDTH - VALUE_W - 16
 
 BAR = {PASS: "#2da44e", WARN: "#bf8700", FAIL: "#cf222e", ERROR: "#8250df"}
 BAND = {"fail": "#ffe1de", "warn": "#fff1c2", "pass": "#e2f5e6", "none": "#f0f1f3"}
-SYMBOL = {PASS: "✓", WARN: "⚠", FAIL: "✗", ERROR: "⊘"}
+SYMBOL = {PASS: "✓", WARN: "⚠", FAIL: "✗", ERROR: "⊘", SKIPPED: "○"}
 
 
 def _e(text: Any) -> str:

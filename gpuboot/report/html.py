@@ -16,6 +16,8 @@ from gpuboot.report._util import (
     ERROR,
     FAIL,
     PASS,
+    RULE_STATUSES,
+    SKIPPED,
     STATUSES,
     WARN,
     atomic_write,
@@ -26,13 +28,14 @@ from gpuboot.report._util import (
 )
 from gpuboot.report.charts import BAND, SYMBOL, bar_chart, chart_groups
 
-ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3}
+ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3, SKIPPED: 4}
 MEANING = {
     PASS: "certified, may join the cluster",
     WARN: "degraded; joins only if policy allows",
     FAIL: "hardware or configuration fault",
     ERROR: "harness could not measure; not a hardware verdict",
 }
+SKIPPED_MEANING = "a check that did not run (its reason says why): proves nothing"
 
 CSS = """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;
@@ -59,12 +62,14 @@ padding:12px 16px}
 .s-WARN{color:var(--warn);border-color:#d4a72c}
 .s-FAIL{color:var(--fail);border-color:#ff8182}
 .s-ERROR{color:var(--error);border-color:#a371f7}
+.s-SKIPPED{color:var(--muted);border-color:var(--line)}
 .badge{display:inline-block;padding:1px 9px;border-radius:12px;font-weight:700;font-size:13px;
 border:1px solid;white-space:nowrap}
 .badge.s-PASS,.outcome.s-PASS{background:var(--pass-bg)}
 .badge.s-WARN,.outcome.s-WARN{background:var(--warn-bg)}
 .badge.s-FAIL,.outcome.s-FAIL{background:var(--fail-bg)}
 .badge.s-ERROR,.outcome.s-ERROR{background:var(--error-bg)}
+.badge.s-SKIPPED{background:var(--bg)}
 table{width:100%;border-collapse:collapse;background:#fff;border:1px solid var(--line);
 border-radius:8px;overflow:hidden}
 th,td{text-align:left;padding:8px 12px;border-bottom:1px solid var(--line);vertical-align:top}
@@ -103,7 +108,7 @@ def _e(text: Any) -> str:
 
 
 def badge(status: str) -> str:
-    status = status if status in STATUSES else ERROR
+    status = status if status in RULE_STATUSES else ERROR
     return f'<span class="badge s-{status}">{SYMBOL[status]} {status}</span>'
 
 
@@ -141,7 +146,7 @@ def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any])
 def _counts(items: list[str]) -> str:
     parts = [
         f'<span class="s-{s}">{SYMBOL[s]} {items.count(s)} {s.lower()}</span>'
-        for s in STATUSES
+        for s in RULE_STATUSES
         if items.count(s)
     ]
     return (
@@ -188,7 +193,7 @@ def _failures(nodes: list[dict[str, Any]]) -> str:
     cards = []
     for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
         items = []
-        findings = [f for f in n.get("findings", []) if f.get("status") != PASS]
+        findings = [f for f in n.get("findings", []) if f.get("status") not in (PASS, SKIPPED)]
         for f in sorted(
             findings, key=lambda f: (ORDER.get(f.get("status"), 1), str(f.get("rule")))
         ):
@@ -295,6 +300,7 @@ def render(
         + _all_checks(nodes)
         + f"<footer>gpuboot {_e(__version__)} · verdicts: "
         + " · ".join(f"{s}: {MEANING[s]}" for s in STATUSES)
+        + f" · {SKIPPED}: {SKIPPED_MEANING}"
         + "</footer>"
     )
     title = f"gpuboot certification {report.get('run_id', '')}".strip()

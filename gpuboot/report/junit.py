@@ -1,8 +1,9 @@
 """JUnit XML for CI dashboards: a testsuite per node, a testcase per rule and measurement.
 
 Follows the common (Ant/Jenkins/GitLab) schema: FAIL -> <failure>, ERROR -> <error> (the
-harness could not judge; dashboards show it apart from real failures), WARN -> a passed
-test whose <system-out> carries the warning, so a WARN never turns a pipeline red.
+harness could not judge; dashboards show it apart from real failures), SKIPPED -> <skipped>
+with the reason it did not run (never counted as passed), WARN -> a passed test whose
+<system-out> carries the warning, so a WARN never turns a pipeline red.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from gpuboot.report._util import (
     ERROR,
     FAIL,
+    SKIPPED,
     WARN,
     atomic_write,
     fmt_measure,
@@ -28,6 +30,8 @@ def _case(suite: ET.Element, host: str, name: str, status: str, message: str, de
         ET.SubElement(case, "failure", message=xml_safe(message), type=FAIL).text = xml_safe(detail)
     elif status == ERROR:
         ET.SubElement(case, "error", message=xml_safe(message), type=ERROR).text = xml_safe(detail)
+    elif status == SKIPPED:
+        ET.SubElement(case, "skipped", message=xml_safe(message))
     elif status == WARN:
         ET.SubElement(case, "system-out").text = xml_safe(f"WARN: {detail}")
 
@@ -62,13 +66,13 @@ def _measurement_text(m: dict[str, Any]) -> tuple[str, str]:
 
 def build(report: dict[str, Any]) -> ET.Element:
     root = ET.Element("testsuites", name=xml_safe(f"gpuboot certify {report.get('run_id', '')}"))
-    totals = {"tests": 0, "failures": 0, "errors": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for node in report.get("nodes", []):
         host = str(node.get("host", "?"))
         suite = ET.SubElement(root, "testsuite", name=xml_safe(host), hostname=xml_safe(host))
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="verdict", value=xml_safe(node.get("verdict")))
-        counts = {FAIL: 0, ERROR: 0}
+        counts = {FAIL: 0, ERROR: 0, SKIPPED: 0}
         n = 0
         for f in node.get("findings", []):
             status = str(f.get("status"))
@@ -86,11 +90,12 @@ def build(report: dict[str, Any]) -> ET.Element:
         suite.set("tests", str(n))
         suite.set("failures", str(counts[FAIL]))
         suite.set("errors", str(counts[ERROR]))
-        suite.set("skipped", "0")
+        suite.set("skipped", str(counts[SKIPPED]))
         suite.set("time", "0")
         totals["tests"] += n
         totals["failures"] += counts[FAIL]
         totals["errors"] += counts[ERROR]
+        totals["skipped"] += counts[SKIPPED]
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", str(report.get("elapsed_s", 0)))

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuboot.report._util import (
     PASS,
+    RULE_STATUSES,
     STATUSES,
     WARN,
     atomic_write,
@@ -77,7 +78,7 @@ def _samples(
                 )
             )
         for f in node.get("findings", []):
-            for status in STATUSES:
+            for status in RULE_STATUSES:  # SKIPPED too: a check that did not run is no pass
                 out["gpuboot_rule_status"].append(
                     _sample(
                         "gpuboot_rule_status",

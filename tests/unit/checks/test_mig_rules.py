@@ -88,10 +88,10 @@ def test_gpu_missing_from_nvidia_smi_fails():
 
 def test_not_applicable_without_layout_or_on_a_sku_without_mig():
     f = _mig001({}, None)  # no evidence needed: nothing is judged
-    assert (f.status, f.applicable) == ("PASS", False)
+    assert (f.status, f.applicable) == ("SKIPPED", False)
     assert "nvidia_mig_layout unset" in f.reason
     f = _mig001({}, [["3g.40gb"]], profile="l40s-pcie-4gpu")
-    assert (f.status, f.applicable) == ("PASS", False)
+    assert (f.status, f.applicable) == ("SKIPPED", False)
     assert "hardware.mig.supported: false" in f.reason
 
 
