@@ -299,8 +299,9 @@ def write_host_bundle(host_dir: Path, evidence: Evidence, meta: dict) -> None:
     write_private(host_dir / META, json.dumps(meta, indent=2, sort_keys=True).encode())
 
 
-def read_file_capped(path: Path, cap: int = MAX_FILE_BYTES) -> bytes:
+def read_file_capped(path: Path, cap: int | None = None) -> bytes:
     """A regular file's bytes, never following a link nor blocking on a FIFO or device."""
+    cap = MAX_FILE_BYTES if cap is None else cap
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
