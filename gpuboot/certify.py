@@ -14,6 +14,7 @@ import os
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from gpuboot.collect import (
     META,
     BundleError,
     host_bundle,
+    is_safe_name,
     read_file_capped,
     read_host_files,
     write_private,
@@ -224,8 +226,8 @@ def evaluate_bundle(
         )
     manifest = None if ignore_manifest else _read_manifest(root)
     hosts = set(_bundle_hosts(root))
-    if isinstance(manifest, dict):  # a host directory deleted since the run is reported
-        hosts |= {k.split("/", 1)[0] for k in manifest if "/" in k}
+    if isinstance(manifest, _Manifest):  # hosts of the run without a directory are reported
+        hosts |= manifest.hosts
     if not hosts:
         raise BadInput(
             "evidence bundle holds no host directories",
@@ -256,8 +258,14 @@ def _bundle_hosts(root: Path) -> list[str]:
     return out
 
 
-def _read_manifest(root: Path) -> dict[str, str] | str:
-    """MANIFEST.json's {relative file: sha256}, or why it cannot vouch for the bundle."""
+@dataclass(frozen=True)
+class _Manifest:
+    files: dict[str, str]  # relative path -> sha256
+    hosts: frozenset[str]  # every host of the run, with or without evidence kept
+
+
+def _read_manifest(root: Path) -> _Manifest | str:
+    """MANIFEST.json, or why it cannot vouch for the bundle."""
     path = root / MANIFEST
     if not os.path.lexists(path):
         return (
@@ -272,15 +280,20 @@ def _read_manifest(root: Path) -> dict[str, str] | str:
     files = doc.get("files") if isinstance(doc, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return "MANIFEST.json is malformed: no files {path: sha256} mapping"
-    return files
+    run_hosts = doc.get("hosts") if isinstance(doc.get("hosts"), dict) else {}
+    names = {k.split("/", 1)[0] for k in files if "/" in k} | set(run_hosts)
+    return _Manifest(files, frozenset(h for h in names if is_safe_name(h)))
 
 
-def _check_manifest(manifest: dict[str, str] | str, host: str, files: dict[str, bytes]) -> None:
+def _listed(manifest: _Manifest, host: str) -> dict[str, str]:
+    prefix = host + "/"
+    return {k.removeprefix(prefix): v for k, v in manifest.files.items() if k.startswith(prefix)}
+
+
+def _check_manifest(manifest: _Manifest | str, host: str, files: dict[str, bytes]) -> None:
     if isinstance(manifest, str):
         raise BundleError(manifest, hint=_NO_MANIFEST_HINT)
-    listed = {
-        k.removeprefix(host + "/"): v for k, v in manifest.items() if k.startswith(host + "/")
-    }
+    listed = _listed(manifest, host)
     problems = [f"{n} (added)" for n in sorted(set(files) - set(listed))]
     problems += [f"{n} (missing)" for n in sorted(set(listed) - set(files))]
     problems += [
@@ -350,11 +363,13 @@ def _judge_host(
     root: Path,
     host: str,
     fixed_profile: dict[str, Any] | None,
-    manifest: dict[str, str] | str | None,
+    manifest: _Manifest | str | None,
 ) -> dict[str, Any]:
     host_dir = root / host
     try:
-        if not os.path.lexists(host_dir):
+        if isinstance(manifest, _Manifest) and not os.path.lexists(host_dir):
+            if not _listed(manifest, host):  # certify judged it ERROR too
+                raise BundleError("the run kept no evidence for this host (unreachable?)")
             raise BundleError(
                 "evidence changed since the run: host directory missing", hint=_NO_MANIFEST_HINT
             )

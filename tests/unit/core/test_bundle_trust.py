@@ -138,6 +138,19 @@ def test_added_and_missing_files_and_a_deleted_host_are_changes(xid_bundle, tmp_
     assert "host directory missing" in next(iter(_reasons(_node(doc, "n2"))))
 
 
+def test_hosts_of_the_run_come_from_the_manifest_never_from_outside(tmp_path):
+    small = _small_bundle(tmp_path / "s")
+    path = small / "MANIFEST.json"
+    manifest = json.loads(path.read_text())
+    manifest["hosts"] = {"n1": "PASS", "n2": "PASS", "gone": "ERROR", "..": "PASS"}
+    manifest["files"]["../outside/x.txt"] = "0" * 64
+    path.write_text(json.dumps(manifest))
+    doc = evaluate_bundle(str(small))
+    assert {n["host"] for n in doc["nodes"]} == {"n1", "n2", "gone"}
+    # certify judged a host it could not collect from ERROR; so does evaluate
+    assert _reasons(_node(doc, "gone")) == {"the run kept no evidence for this host (unreachable?)"}
+
+
 def test_a_bundle_without_manifest_is_not_judged_unless_asked(xid_bundle):
     bundle, _ = xid_bundle
     (bundle / "MANIFEST.json").unlink()
