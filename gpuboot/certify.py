@@ -31,7 +31,6 @@ from gpuboot.collect import (
     is_safe_name,
     read_file_capped,
     read_host_files,
-    write_private,
 )
 from gpuboot.errors import BadInput, GpubootError, RunError
 from gpuboot.inventory import load_inventory
@@ -126,8 +125,8 @@ def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
         "hosts": {r["host"]: r["verdict"] for r in reports},
         "files": files,
     }
-    bundle.chmod(0o700)
-    write_private(bundle / MANIFEST, json.dumps(manifest, indent=2).encode())
+    paths.private_dir(bundle)
+    paths.write_private(bundle / MANIFEST, json.dumps(manifest, indent=2))
 
 
 def _forget_testinfra_hosts() -> None:

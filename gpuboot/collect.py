@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuboot import paths
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.packages import DPKG_QUERY
 
@@ -265,17 +266,6 @@ def bundle_host_dir(bundle: Path, host: str) -> Path:
     return bundle / host
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write a file 0600, never through a link planted at its name."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise BundleError(f"cannot write {path.name} ({exc.strerror})", where=str(path)) from None
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(data)
-
-
 def write_host_bundle(host_dir: Path, evidence: Evidence, meta: dict) -> None:
     """``<bundle>/<host>/<probe-file>`` (stdout only) plus meta.json (context, and each
     file's rc/stderr under "outputs"); 0700 directory, 0600 files, plain names only."""
@@ -288,15 +278,16 @@ def write_host_bundle(host_dir: Path, evidence: Evidence, meta: dict) -> None:
             where=str(host_dir),
             hint="evidence names come from the collection script and pair probes only",
         )
-    host_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not stat.S_ISDIR(os.lstat(host_dir).st_mode):
-        raise BundleError("host directory is not a directory", where=str(host_dir))
-    host_dir.chmod(0o700)
+    if os.path.islink(host_dir):
+        raise BundleError("host directory is a link", where=str(host_dir))
+    paths.private_dir(host_dir.parent)  # the bundle, and each host in it: 0700
+    paths.private_dir(host_dir)
+    # 0600, atomically replaced: a link planted at a file's name is replaced, not followed
     for name, out in evidence.items():
-        write_private(host_dir / name, out.stdout.encode())
+        paths.write_private(host_dir / name, out.stdout)
     outputs = {n: {"rc": o.rc, "stderr": o.stderr} for n, o in evidence.items()}
     meta = {**meta, "outputs": outputs}
-    write_private(host_dir / META, json.dumps(meta, indent=2, sort_keys=True).encode())
+    paths.write_private(host_dir / META, json.dumps(meta, indent=2, sort_keys=True))
 
 
 def read_file_capped(path: Path, cap: int | None = None) -> bytes:

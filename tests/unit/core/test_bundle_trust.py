@@ -127,7 +127,7 @@ def test_a_deleted_xid_line_never_turns_fail_into_pass(xid_bundle):
 def test_added_and_missing_files_and_a_deleted_host_are_changes(xid_bundle, tmp_path):
     bundle, _ = xid_bundle
     (bundle / "emu1" / "lsmod.txt").unlink()
-    collect.write_private(bundle / "emu1" / "ibstat.txt.orig", b"planted\n")
+    (bundle / "emu1" / "ibstat.txt.orig").write_text("planted\n")
     node = _node(evaluate_bundle(str(bundle)), "emu1")
     (reason,) = _reasons(node)
     assert "ibstat.txt.orig (added)" in reason and "lsmod.txt (missing)" in reason
