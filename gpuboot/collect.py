@@ -349,10 +349,10 @@ def read_host_files(host_dir: Path) -> dict[str, bytes]:
 def _outputs(meta: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     """Per-file rc/stderr; bundles before "outputs" kept them under "probes" (which now
     holds the probe level), so an old bundle's level is unknown."""
-    outputs = meta.get("outputs")
-    if outputs is None and isinstance(meta.get("probes"), dict):
-        outputs = meta.pop("probes")
-    outputs = {} if outputs is None else outputs
+    old = meta.pop("probes") if isinstance(meta.get("probes"), dict) else None
+    if meta.get("probes") is not None and not isinstance(meta["probes"], str):
+        raise BundleError("meta.json: probes must name the probe level", where=where)
+    outputs = meta.get("outputs", old) or {}
     if not isinstance(outputs, dict) or not all(
         isinstance(v, dict)
         and isinstance(v.get("rc", 0), int)
