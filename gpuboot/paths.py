@@ -65,7 +65,16 @@ def runs_dir() -> Path:
 
 # The operator's own setting is wrong (read-only, no permission, not a directory): bad
 # input. Anything else (a full disk, an I/O error) is the run breaking.
-_SETTING_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ELOOP}
+_SETTING_ERRNOS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+    errno.ENOENT,
+    errno.ELOOP,
+}
 
 
 def fs_error(exc: OSError, what: str | None = None, *, hint: str = STATE_HINT) -> GpubootError:

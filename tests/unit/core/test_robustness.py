@@ -213,6 +213,19 @@ def test_scan_warns_about_a_bad_history_line_through_its_progress(tmp_path, monk
     assert any(f"{history}:1" in m and "'failing'" in m for m in said)
 
 
+def test_an_unusable_history_is_refused_before_any_host(tmp_path, monkeypatch):
+    from gpuboot import certify
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    called = []
+    monkeypatch.setattr(certify, "certify", lambda *a, **k: called.append(a))
+    with pytest.raises(BadInput) as exc:
+        scan.scan(str(tmp_path / "inv.yml"), history=blocker / "scan-history.jsonl")
+    assert called == [] and "--history" in exc.value.hint
+    assert str(blocker) in exc.value.where and "File exists" in exc.value.message
+
+
 # ---------------------------------------------------------------- the controller's own state
 @pytest.mark.parametrize("var", ["GPUBOOT_HOME", "GPUBOOT_RUNS"])
 def test_a_state_variable_set_but_empty_is_bad_input_naming_it(var, monkeypatch, tmp_path):
