@@ -198,6 +198,8 @@ def pair_check(
         hcas = [n["hca"] for n in ctx.hardware["nics"]] if kind == "ib_write_bw" else []
         for name, out in files.items():
             rail = next((h for h in hcas if f"_-d_{h}_" in name), "")
+            if why := tool_failure(kind, out):  # no attribution: a failed run is unexplained
+                raise ProbeFailed(f"{name}: {why}", where=name)
             try:
                 by_rail.setdefault(rail, []).append(read(out.stdout))
             except GpubootError as exc:

@@ -12,16 +12,19 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
+from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.collect import Evidence, ecn_file
 from gpuboot.evidence.ibstat import parse_ibstat
-from gpuboot.evidence.mlnx_qos import parse_mlnx_qos
+from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos
 from gpuboot.evidence.modules import parse_lsmod
-from gpuboot.evidence.nvlink import parse_nvlink_errors, parse_nvlink_status
+from gpuboot.evidence.nvlink import NvlinkErrors, parse_nvlink_errors, parse_nvlink_status
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
 
 NVLINK_S = "nvidia-smi_nvlink_-s.txt"
 NVLINK_E = "nvidia-smi_nvlink_-e.txt"
 SPEED_TOLERANCE = 0.99  # nvidia-smi rounds link speeds (26.562, 25)
+# mlx5 exposes both DCQCN switches for each of the 8 priorities (grep lists all 16)
+ECN_SWITCHES = tuple((proto, prio) for proto in ("roce_np", "roce_rp") for prio in range(8))
 
 
 def _read(evidence: Evidence, name: str) -> str:
@@ -39,10 +42,18 @@ def expected_links(ctx: NodeContext) -> list[int]:
     return [int(i) for i in ids] if ids is not None else list(range(int(nv["links_per_gpu"])))
 
 
+def _covers_every_gpu(evidence: Evidence, name: str, listed: int) -> None:
+    """A per-GPU listing must cover every GPU the node counts (lost ones included)."""
+    have = gpu_inventory(evidence)
+    if have is not None and listed < have:
+        raise incomplete(f"{name} lists {listed} of the node's {have} GPUs", name)
+
+
 def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
     status = parse_nvlink_status(_read(evidence, NVLINK_S))
+    _covers_every_gpu(evidence, NVLINK_S, len(status.gpus) + len(status.lost))
     want = expected_links(ctx)
     speed = float(ctx.hardware["nvlink"]["link_speed_gbps"])
     problems = [f"GPU {bus} lost: its NVLinks cannot be read" for bus in status.lost]
@@ -56,7 +67,14 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
             continue
         links = {lk.link: lk for lk in g.links}
         down = [i for i in want if i in links and not links[i].active]
+        # nvidia-smi lists every link of a GPU, inactive ones too: one not listed is cut off
         missing = [] if status.elided else [i for i in want if i not in links]
+        if missing:
+            raise incomplete(
+                f"{NVLINK_S} lists no state for GPU {g.index} link(s) "
+                f"{','.join(map(str, missing))}",
+                NVLINK_S,
+            )
         slow = [
             f"{lk.link} at {lk.speed_gbytes_s:g}"
             for lk in g.links
@@ -64,8 +82,6 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
         ]
         if down:
             problems.append(f"GPU {g.index}: link(s) {','.join(map(str, down))} inactive")
-        if missing:
-            problems.append(f"GPU {g.index}: link(s) {','.join(map(str, missing))} not listed")
         if slow:
             problems.append(f"GPU {g.index}: link(s) {', '.join(slow)} GB/s, want {speed:g}")
     if problems:
@@ -80,6 +96,9 @@ def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | 
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
     errors = parse_nvlink_errors(_read(evidence, NVLINK_E))
+    _covers_every_gpu(evidence, NVLINK_E, len(errors.gpus) + len(errors.lost))
+    if not errors.elided:
+        _counters_complete(errors)
     bad = [f"GPU {bus} lost: its error counters cannot be read" for bus in errors.lost]
     for g in errors.gpus:
         for link, counters in sorted(g.counters.items()):
@@ -88,6 +107,19 @@ def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | 
                 text = ", ".join(f"{k}={v}" for k, v in sorted(nonzero.items()))
                 bad.append(f"GPU {g.index} link {link}: {text}")
     return "; ".join(bad) or None
+
+
+def _counters_complete(errors: NvlinkErrors) -> None:
+    """Every GPU block lists the same links and counters as the first: nvidia-smi prints
+    them all for each GPU, so a block with fewer (or none and no message) was cut off."""
+    blocks = [g for g in errors.gpus if g.counters or not g.messages]
+    if not blocks:
+        return
+    want = {link: set(c) for link, c in blocks[0].counters.items()}
+    for g in blocks:
+        got = {link: set(c) for link, c in g.counters.items()}
+        if not want or got != want:
+            raise incomplete(f"{NVLINK_E} stops inside GPU {g.index}'s counters", NVLINK_E)
 
 
 def _needs_ofed(ctx: NodeContext) -> str | None:
@@ -160,12 +192,20 @@ def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
         if why := tool_failure("mlnx_qos", out):
             raise ProbeFailed(why, where=name)
         qos = parse_mlnx_qos(out.stdout)
+        _qos_complete(qos, name)
         on = sorted(p for p, e in qos.pfc_enabled.items() if e)
         if qos.trust_state != trust:
             problems.append(f"{nic['netdev']} trust {qos.trust_state}, want {trust}")
         if on != prios:
             problems.append(f"{nic['netdev']} PFC on priorities {on or 'none'}, want {prios}")
     return "; ".join(problems) or None
+
+
+def _qos_complete(qos: MlnxQos, name: str) -> None:
+    """mlnx_qos prints the trust state, PFC for all 8 priorities, then the tc table last:
+    output without any of them was cut short (or is not mlnx_qos's)."""
+    if qos.trust_state is None or len(qos.pfc_enabled) < 8 or not qos.traffic_classes:
+        raise incomplete(f"{name} lacks the trust state, the PFC row or the tc table", name)
 
 
 def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
@@ -178,7 +218,10 @@ def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     prios = _roce_priorities(ctx)
     problems = []
     for nic in eth:
-        switches = parse_ecn_enable(_read(evidence, ecn_file(nic["netdev"])))
+        name = ecn_file(nic["netdev"])
+        switches = parse_ecn_enable(_read(evidence, name))
+        if any(k not in switches for k in ECN_SWITCHES):
+            raise incomplete(f"{name} lists {len(switches)} of the port's 16 ECN switches", name)
         off = [
             f"{proto} {prio}"
             for prio in prios

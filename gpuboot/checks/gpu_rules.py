@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuboot.checks.base import (
     PASS,
+    SYSTEMD_STATES,
     MissingEvidence,
     NodeContext,
     ProbeFailed,
@@ -13,18 +14,30 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.checks.smi import Q_FILE, QUERY_FILE, gpu_table, smi_q
+from gpuboot.checks.stack_rules import installed_packages, nvidia_version
 from gpuboot.collect import MIG_LGI_FILE, Evidence
 from gpuboot.errors import ParseError
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.mig import parse_mig_lgi
-from gpuboot.evidence.packages import parse_dpkg_query
 from gpuboot.stacks.versions import upstream_of
 
 # Thermal slowdown is what an over-hot GPU shows. Plain "HW Slowdown" / "HW Power Brake
 # Slowdown" without a thermal cause is NOT judged: healthy HGX H100 captures in the corpus
 # (driver 535.161.08, idle at P0) report both active; a real slowdown shows in the probes.
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+
+
+def kernel_log(evidence: Evidence) -> str:
+    """dmesg's text. A booted node's ring buffer always holds its boot messages (old lines
+    are overwritten, never dropped), so an empty one was cleared or not readable: it cannot
+    show that nothing happened since boot."""
+    text = probe(evidence, "dmesg.txt").stdout
+    if not text.strip():
+        raise ProbeFailed(
+            "dmesg printed nothing (kernel log cleared or unreadable)", where="dmesg.txt"
+        )
+    return text
 
 
 def _name(gpu, i: int) -> str:
@@ -85,9 +98,8 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
             problems.append(f"{gpu} trained at x{w_cur} of x{w_max} (lanes lost)")
         if gen_cur is not None and gen_max is not None and gen_cur < gen_max:
             idle.append(gpu)
-    dmesg = evidence.get("dmesg.txt")
-    if dmesg is not None and dmesg.stdout.strip():
-        for lim in parse_kernel_log(dmesg.stdout).pcie_limits:
+    if "dmesg.txt" in evidence:
+        for lim in parse_kernel_log(kernel_log(evidence)).pcie_limits:
             problems.append(
                 f"kernel: {lim.device} limited to {lim.available_gbits_s:g} Gb/s by "
                 f"{lim.limiting_device} ({lim.limited_by_gts:g} GT/s x{lim.limited_width}, "
@@ -191,6 +203,9 @@ def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | Non
     return "; ".join(problems) or None
 
 
+FM_ACTIVE = "systemctl_is-active_nvidia-fabricmanager.txt"
+
+
 def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     """NVSwitch boards need nv-fabricmanager at exactly the driver's version; until it has
     trained the fabric every GPU reports fabric state "In Progress" and CUDA refuses."""
@@ -199,14 +214,15 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
     if not ctx.enabled("nvidia_fabricmanager_enabled"):
         return not_applicable("the host's stack does not manage fabric manager")
     problems = []
-    active = probe(evidence, "systemctl_is-active_nvidia-fabricmanager.txt").stdout.strip()
+    active = probe(evidence, FM_ACTIVE).stdout.strip()
+    if active not in SYSTEMD_STATES:
+        raise ProbeFailed(
+            f"systemctl is-active printed no unit state: {active[:60]!r}", where=FM_ACTIVE
+        )
     if active != "active":
-        problems.append(f"nvidia-fabricmanager service is {active or 'unknown'}")
+        problems.append(f"nvidia-fabricmanager service is {active}")
     want = str(ctx.var("nvidia_driver_version", "")).split(":")[-1].rsplit("-", 1)[0]
-    fm_ver = probe(evidence, "proc_driver_nvidia_version.txt")  # kernel side
-    from gpuboot.evidence.modules import parse_nvidia_version
-
-    loaded = parse_nvidia_version(fm_ver.stdout).version if fm_ver.stdout.strip() else None
+    loaded = nvidia_version(evidence)  # kernel side; None: no module loaded
     installed = _fm_package_version(evidence)
     if installed is None:
         problems.append("no nvidia-fabricmanager package installed")
@@ -224,7 +240,7 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
 
 
 def _fm_package_version(evidence: Evidence) -> str | None:
-    for pkg in parse_dpkg_query(probe(evidence, "dpkg-query_-W.txt").stdout).values():
+    for pkg in installed_packages(evidence).values():
         if pkg.name.startswith("nvidia-fabricmanager") and pkg.installed:
             return upstream_of(pkg.version)
     return None

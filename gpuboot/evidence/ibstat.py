@@ -64,6 +64,17 @@ class Ibstat:
         return next(p for p in self.ports if p.ca == ca and p.port == port)
 
 
+def _complete(name: str, info: dict[str, str], ports: list[tuple[int, dict[str, str]]]) -> None:
+    """A CA block lists as many ports as its "Number of ports" says, each ending with its
+    "Link layer" line: a block short of either was cut off (a timeout, a size cap)."""
+    declared = to_int(info.get("Number of ports"))
+    if declared is None or len(ports) < declared:
+        raise ParseError(TOOL, f"CA {name!r} lists {len(ports)} of {declared} port(s): cut short")
+    for num, port in ports:
+        if port.get("Link layer") not in ("InfiniBand", "Ethernet"):
+            raise ParseError(TOOL, f"CA {name!r} port {num} ends before its Link layer: cut short")
+
+
 def parse_ibstat(text: str) -> Ibstat:
     require_text(TOOL, text)
     cas: list[tuple[str, dict[str, str], list[tuple[int, dict[str, str]]]]] = []
@@ -85,6 +96,8 @@ def parse_ibstat(text: str) -> Ibstat:
             raise ParseError(TOOL, f"unexpected line: {line[:80]!r}")
     if not cas and not errors:
         raise ParseError(TOOL, "no CA block found", hint="is this ibstat output?")
+    for name, info, ports in cas:
+        _complete(name, info, ports)
     out = []
     for name, info, ports in cas:
         out.append(

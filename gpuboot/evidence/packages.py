@@ -12,12 +12,18 @@ architecture.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
 
 DPKG_QUERY = "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
 UU_BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
+# Debian policy 5.6.1: lower case letters, digits, + - . (at least two, alphanumeric first);
+# apt-mark adds ":arch" for a foreign architecture
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?$")
+# every line of `apt-config dump` is `Name "value";` (list entries end their name in ::)
+_APT_CONFIG_LINE = re.compile(r'^\S+ ".*";$')
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,11 @@ def installed_versions(text: str) -> dict[str, str]:
 
 def parse_showhold(text: str) -> set[str]:
     """Names apt-mark reports held (the architecture qualifier dropped)."""
-    return {line.strip().split(":", 1)[0] for line in text.splitlines() if line.strip()}
+    names = [line.strip() for line in text.splitlines() if line.strip()]
+    for name in names:
+        if not _PACKAGE.match(name):
+            raise ParseError("apt-mark showhold", f"not a package name: {name[:80]!r}")
+    return {name.split(":", 1)[0] for name in names}
 
 
 def parse_apt_config_list(text: str, key: str) -> list[str]:
@@ -69,6 +79,8 @@ def parse_apt_config_list(text: str, key: str) -> list[str]:
     prefix = f"{key}:: "
     values = []
     for line in text.splitlines():
+        if line.strip() and not _APT_CONFIG_LINE.match(line):
+            raise ParseError("apt-config", f"not an apt-config dump line: {line[:80]!r}")
         if not line.startswith(prefix):
             continue
         value = line[len(prefix) :].strip()
