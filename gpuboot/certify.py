@@ -27,6 +27,7 @@ from gpuboot.collect import (
     MANIFEST,
     META,
     BundleError,
+    Evidence,
     host_bundle,
     is_safe_name,
     read_file_capped,
@@ -237,7 +238,9 @@ def evaluate_bundle(
     reports = [_judge_host(root, h, fixed_profile, manifest) for h in sorted(hosts)]
     return {
         "bundle": str(root),
-        "manifest": "ignored" if ignore_manifest else "verified",
+        "manifest": "ignored"
+        if ignore_manifest
+        else ("verified" if isinstance(manifest, _Manifest) else "missing or unreadable"),
         "passed": all(r["verdict"] == rules.PASS for r in reports),
         "nodes": reports,
     }
@@ -249,11 +252,15 @@ MAX_PROFILE_BYTES = 1024 * 1024
 
 def _bundle_hosts(root: Path) -> list[str]:
     """Entries that stand for a host: directories, and links (refused when judged)."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as exc:
+        raise BadInput(f"cannot list the bundle ({exc.strerror})", where=str(root)) from None
     out = []
-    for name in sorted(os.listdir(root)):
-        mode = os.lstat(root / name).st_mode
-        if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
-            out.append(name)
+    for name in names:
+        with contextlib.suppress(OSError):  # gone since the listing: not a host
+            if stat.S_ISDIR(os.lstat(root / name).st_mode) or os.path.islink(root / name):
+                out.append(name)
     return out
 
 
@@ -339,7 +346,9 @@ def _bundle_profile(host: str, meta: dict[str, Any], files: dict[str, bytes]) ->
     )
 
 
-def _partial(evidence, ctx: rules.NodeContext, only: list[str] | None) -> list[rules.Finding]:
+def _partial(
+    evidence: Evidence, ctx: rules.NodeContext, only: list[str] | None
+) -> list[rules.Finding]:
     """Every rule's finding; a bundle naming a subset of rules (real captures) is judged on
     those, the others are ERROR: partial evidence never makes a node PASS."""
     judged = {f.rule: f for f in rules.evaluate(evidence, ctx, only)}
