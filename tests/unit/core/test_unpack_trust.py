@@ -193,3 +193,21 @@ def test_bundle_tree_is_private_and_never_written_through_a_link(tmp_path):
         assert stat.S_ISREG(f.lstat().st_mode) and stat.S_IMODE(f.stat().st_mode) == 0o600, f
     evidence, meta = read_host_bundle(host_dir)
     assert evidence[DMESG].stdout == "kernel log\n" and meta["probes"] == "none"
+
+
+def test_certify_collection_refuses_a_hostile_answer_for_that_host(tmp_path):
+    """conftest._collect passes the script's own expected set: a node answering with a
+    climbing name is that host's ERROR, named, and nothing lands on the controller."""
+    from types import SimpleNamespace
+
+    from gpuboot.checks.conftest import _collect
+
+    hostile = _payload(*_good(("../../escaped.txt", "pwned\n")))
+    host = SimpleNamespace(
+        backend=SimpleNamespace(NAME="ansible", get_hostname=lambda: "node7"),
+        ansible=SimpleNamespace(get_variables=lambda: {"gpuboot_probes": "none"}),
+        run=lambda _cmd: SimpleNamespace(rc=0, stdout=hostile, stderr=""),
+    )
+    with pytest.raises(collect.NodeAnswerRejected) as info:
+        _collect(host)
+    assert info.value.where == "node7" and "../../escaped.txt" in info.value.message
