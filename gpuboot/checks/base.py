@@ -156,7 +156,6 @@ def tool_failure(name: str, out: ProbeOutput) -> str | None:
 
 # Exit codes that are the tool's answer, not a failure to measure: each tool's documented
 # code for a state of the node that a rule judges (pattern of the probe file, test on it).
-_SMI_LOST = "Unable to determine the device handle"
 _SMI_NONE = ("No devices were found", "No MIG-enabled devices found", "No GPU instances found")
 # nvidia-smi(1) RETURN VALUE: 8 power cables, 9 driver not loaded, 10 kernel interrupt
 # issue, 12 NVML library missing, 14 infoROM corrupted, 15 GPU fallen off the bus, 18
