@@ -335,18 +335,14 @@ def cmd_certify(args) -> Outcome:
             f"signing key: {path} (keep it private); public key: {path}.pub",
         )
     if args.verify:
-        if not args.pubkey:
-            raise BadInput("--verify needs --pubkey", hint="pass the signer's KEY.pub")
-        result = certificate.verify(args.verify, args.pubkey)
-        doc = {"certificate": args.verify, "ok": result.ok, "reason": result.reason}
-        text = f"{args.verify}: {'valid' if result.ok else 'INVALID'}: {result.reason}"
-        return Outcome(EXIT_OK if result.ok else EXIT_NODE_FAILED, doc, text)
+        return _verify_certificate(args)
     if not args.inventory:
         raise BadInput(
             "certify needs -i INVENTORY (or --verify CERT, or --gen-key PATH)",
             where="gpuboot certify",
             hint="see `gpuboot certify --help`",
         )
+    certificate.check_validity_days(args.cert_validity_days)  # before any host is touched
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         _check_kubeconfig(args)
     from gpuboot.locks import hold_inventory
@@ -354,6 +350,79 @@ def cmd_certify(args) -> Outcome:
     # The probes need idle GPUs and the gate changes taints: one such run per node.
     with hold_inventory(args.inventory, args.limit, "certify"):
         return _certify_inventory(args)
+
+
+def _partial_text(paths: list[Any]) -> str:
+    """One line per certificate that is partial (the run proved less than the SKU requires):
+    verify and the join gate refuse it."""
+    from gpuboot.report.certificate import partial
+
+    text = ""
+    for path in paths:
+        if gap := partial(json.loads(path.read_text())):
+            text += f"\n  {path.stem}: PARTIAL certificate ({gap}): does not certify the node"
+    return text
+
+
+def _verify_certificate(args) -> Outcome:
+    """certify --verify: is this certificate valid for the node named by --host (and, with
+    --bundle, for the hardware a later collection of it shows)?"""
+    from gpuboot.report import certificate
+
+    if not args.pubkey:
+        raise BadInput("--verify needs --pubkey", hint="pass the signer's KEY.pub")
+    if not args.host:
+        raise BadInput(
+            "--verify needs --host NAME: a certificate is valid for one node only",
+            where="--verify",
+            hint="name the node the certificate is presented for (its inventory name)",
+        )
+    result = certificate.verify(
+        args.verify,
+        args.pubkey,
+        host=args.host,
+        bundle=args.bundle,
+        allow_partial=args.allow_partial,
+    )
+    cert = result.certificate or {}
+    doc = {
+        "certificate": args.verify,
+        "host": args.host,
+        "ok": result.ok,
+        "reason": result.reason,
+        "scope": cert.get("scope"),
+        "probes": cert.get("probes"),
+        "expires_at": cert.get("expires_at"),
+    }
+    text = f"{args.verify}: {'valid' if result.ok else 'INVALID'}: {result.reason}"
+    return Outcome(EXIT_OK if result.ok else EXIT_NODE_FAILED, doc, text)
+
+
+def _check_output_dir(path: str, flag: str) -> None:
+    """An existing directory this user can create files in (tried, not guessed: root
+    passes every permission check but not a read-only mount)."""
+    import tempfile
+
+    if not os.path.isdir(path):
+        raise BadInput(
+            "is not an existing directory", where=f"{flag} {path}", hint="create it first"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".gpuboot-write-check-"):
+            pass
+    except OSError as exc:
+        raise BadInput(
+            f"cannot write there: {exc.strerror or exc}",
+            where=f"{flag} {path}",
+            hint="pick a directory this user can write to",
+        ) from exc
+
+
+def _check_output_file(path: str, flag: str) -> None:
+    """A file gpuboot may (over)write: in a writable directory, not a directory itself."""
+    if os.path.isdir(path):
+        raise BadInput("is a directory", where=f"{flag} {path}", hint="name a file")
+    _check_output_dir(os.path.dirname(os.path.abspath(path)), flag)
 
 
 def _check_kubeconfig(args) -> None:
@@ -390,6 +459,7 @@ def _certify_inventory(args) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+        text += _partial_text(certs)
     if args.calibrate:
         import yaml
 
@@ -617,10 +687,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cert.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     cert.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
-    cert.add_argument("--cert-validity-days", type=int, default=30)
+    cert.add_argument(
+        "--cert-validity-days",
+        type=int,
+        default=30,  # certificate.DEFAULT_VALIDITY_DAYS; MAX_VALIDITY_DAYS is checked
+        help="days a certificate is valid (default 30, at most 365)",
+    )
     cert.add_argument("--allow-warn", action="store_true", help="certify WARN nodes too")
-    cert.add_argument("--verify", metavar="CERT", help="check a certificate's signature and expiry")
+    cert.add_argument(
+        "--verify",
+        metavar="CERT",
+        help="check a certificate (signature, expiry, host, scope) for the node --host names",
+    )
     cert.add_argument("--pubkey", help="public key for --verify")
+    cert.add_argument("--host", help="with --verify: the node the certificate is presented for")
+    cert.add_argument(
+        "--bundle",
+        metavar="DIR",
+        help="with --verify: an evidence bundle collected since; the node's hardware must be "
+        "the certified one",
+    )
+    cert.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="with --verify: accept a partial certificate (a run that proved less than the "
+        "SKU requires, e.g. no pair partner or no probes)",
+    )
     cert.add_argument("--gen-key", metavar="PATH", help="create a signing key pair and exit")
     cert.add_argument(
         "--calibrate",

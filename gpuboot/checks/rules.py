@@ -221,7 +221,12 @@ RULES: tuple[Rule, ...] = (
         "install nvidia-fabricmanager at the driver's exact version and start it "
         "(`gpuboot install`); fix the fabric if it still fails",
         gpu_rules.check_fabric_manager,
-        ("systemctl_is-active_nvidia-fabricmanager.txt", "dpkg-query_-W.txt", "nvidia-smi_-q.txt"),
+        (
+            "systemctl_is-active_nvidia-fabricmanager.txt",
+            "dpkg-query_-W.txt",
+            "proc_driver_nvidia_version.txt",
+            "nvidia-smi_-q.txt",
+        ),
     ),
     Rule(
         "NIC-001",
