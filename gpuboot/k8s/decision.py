@@ -2,8 +2,9 @@
 
 Pure: reads the certificate and the bundle's meta.json named by the report, never the
 cluster. ``Target.error`` set means the gate must not touch the node (a PASS whose
-certificate is missing, unreadable, for another host or expired: lifting the taint then
-would let an unproven node in).
+certificate is missing, unreadable, for another host, expired or partial, i.e. its run
+proved less than the SKU requires, such as no pair partner or no probes: lifting the taint
+then would let an unproven node in). ``allow_partial`` accepts a partial certificate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuboot.k8s import labels as L
+from gpuboot.report.certificate import partial
 
 PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
 Cordon = Literal["cordon", "uncordon-ours", "leave"]
@@ -100,7 +102,12 @@ def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon
 
 
 def decide(
-    report: dict[str, Any], node: dict[str, Any], *, allow_warn: bool, now: datetime
+    report: dict[str, Any],
+    node: dict[str, Any],
+    *,
+    allow_warn: bool,
+    now: datetime,
+    allow_partial: bool = False,
 ) -> Target:
     host, verdict = str(node.get("host")), str(node.get("verdict"))
     if verdict in (FAIL, ERROR):
@@ -122,6 +129,13 @@ def decide(
         cert = read_certificate(path, host, now)
     except ValueError as exc:
         return Target(host, verdict, error=f"{exc}: node left untouched")
+    if not allow_partial and (gap := partial(cert.doc)):
+        return Target(
+            host,
+            verdict,
+            error=f"certificate {path} is partial ({gap}): node left untouched, its "
+            "uncertified taint stays; certify it with a pair partner at probe level quick or full",
+        )
     stack = stack_of(report, node, cert)
     return Target(
         host=host,

@@ -1,10 +1,19 @@
-"""Signed per-node certificates (schema ``gpuboot.certificate/v1``).
+"""Signed per-node certificates (schema ``gpuboot.certificate/v2``).
 
 The signature is Ed25519 over the canonical JSON of the certificate without its
 ``signature`` member (sorted keys, no whitespace, UTF-8). The file on disk is the same
 document pretty-printed by ``render``; ``verify`` of a file also requires the bytes to be
 exactly that rendering, so *any* one-byte edit fails, including edits JSON parsing would
 forgive (whitespace, ``\\u001f`` vs ``\\u001F``, ``1e+16`` vs ``1E+16``).
+
+A certificate says what was proven: the probe level, every check with its status and
+reason (SKIPPED ones too), and its ``scope``: ``full`` when every check of the catalogue
+was judged and every probe the SKU requires (``required_checks``) measured within its band,
+else ``partial`` with what is ``missing`` (a single-node run has no pair partner; probe
+level none runs no probe). A partial certificate is a signed record, not a certification:
+``verify`` and the join gate refuse it unless told to accept partial ones. It is about one
+node: ``verify`` checks the host it is presented for and, given a later bundle, that the
+hardware is the one certified. Validity is capped at ``MAX_VALIDITY_DAYS``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gpuboot import __version__
-from gpuboot.errors import BadInput
+from gpuboot.checks.rules import RULES
+from gpuboot.errors import BadInput, GpubootError
 from gpuboot.report._util import (
     ERROR,
     FAIL,
@@ -36,18 +46,25 @@ from gpuboot.report._util import (
     parse_iso,
     utc_now,
 )
-from gpuboot.report.fingerprint import host_fingerprint
+from gpuboot.report.fingerprint import differences, host_fingerprint, identity
 
-SCHEMA = "gpuboot.certificate/v1"
+SCHEMA = "gpuboot.certificate/v2"  # v2: probe level, scope, required/missing checks
 ALGORITHM = "Ed25519"
 DEFAULT_VALIDITY_DAYS = 30
+MAX_VALIDITY_DAYS = 365  # a year: hardware and stack drift; re-certify at least that often
+FULL, PARTIAL = "full", "partial"
+FULL_PROBE_LEVELS = ("quick", "full")  # probe level none measures nothing
 _MEASUREMENT_KEYS = (
     "name", "value", "unit", "median_of", "samples", "warn_below", "fail_below",
     "physical_limit", "physical_limit_source", "pct_of_limit", "margin", "expected",
     "status", "rule",
 )  # fmt: skip
 _SAFE_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
-_REQUIRED = ("schema", "host", "verdict", "rules", "issued_at", "expires_at", "evidence")
+_REQUIRED = (
+    "schema", "host", "verdict", "rules", "issued_at", "expires_at", "evidence",
+    "probes", "scope", "required", "missing",
+)  # fmt: skip
+_MAX_DIFFERENCES = 5  # named in a refusal; the count says how many more
 
 
 @dataclass(frozen=True)
@@ -191,15 +208,79 @@ def _evidence(bundle: Path, host: str) -> dict[str, Any]:
     }
 
 
-def _profile(host_dir: Path) -> str | None:
+def _meta(host_dir: Path) -> dict[str, Any]:
     try:
         meta = json.loads((host_dir / "meta.json").read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict):
-        return None
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _profile_name(meta: dict[str, Any]) -> str | None:
     pins = meta.get("pins") if isinstance(meta.get("pins"), dict) else {}
-    return meta.get("profile") or pins.get("gpuboot_profile")
+    name = meta.get("profile") or pins.get("gpuboot_profile")
+    return name if isinstance(name, str) else None
+
+
+def _sku(host_dir: Path, name: str | None) -> dict[str, Any] | None:
+    """The host's profile as evaluate resolves it (a file of the host directory or a
+    shipped profile); None when it cannot be had."""
+    from gpuboot.certify import _bundle_profile  # certify imports pytest: only when issuing
+
+    local = host_dir / name if name and "/" not in name else None
+    files = {name: local.read_bytes()} if name and local and local.is_file() else {}
+    try:
+        return _bundle_profile(host_dir.name, {"profile": name}, files)
+    except GpubootError:
+        return None
+
+
+def required_checks(profile: dict[str, Any] | None) -> list[str]:
+    """What a full certificate must have measured on this SKU: DCGM diag, host<->device
+    copies, the TCP pair probe, and where the hardware has the part, copies between GPUs
+    and the collective (two GPUs or more) and ib_write_bw (an RDMA NIC). Without a profile,
+    every one of them."""
+    hardware = (profile or {}).get("hardware") or {}
+    gpus = int((hardware.get("gpu") or {}).get("count", 2))
+    checks = ["DCG-001", "BW-001", "BW-002", "BW-006"]
+    checks += ["BW-003", "BW-004"] if gpus >= 2 else []
+    checks += ["BW-005"] if hardware.get("nics") or not hardware else []
+    return sorted(checks)
+
+
+def scope(
+    findings: list[dict[str, Any]], level: Any, required: list[str]
+) -> tuple[str, list[dict[str, str]]]:
+    """(full|partial, what is missing): the probe level, each catalogue rule not judged,
+    each required probe not measured within its band (skipped, or not run at all)."""
+    missing = []
+    if level not in FULL_PROBE_LEVELS:
+        missing.append(
+            {
+                "check": "probes",
+                "reason": f"probe level {level if isinstance(level, str) else 'not recorded'}: "
+                f"a full certificate needs {' or '.join(FULL_PROBE_LEVELS)}",
+            }
+        )
+    by_rule = {str(f.get("rule")): f for f in findings}
+    for rule_id in sorted(r.id for r in RULES):
+        f = by_rule.get(rule_id)
+        if f is None:
+            missing.append({"check": rule_id, "reason": "not evaluated in this run"})
+        elif rule_id in required and f.get("status") not in (PASS, WARN):
+            missing.append({"check": rule_id, "reason": f"{f.get('status')}: {f.get('reason')}"})
+    return (PARTIAL if missing else FULL), missing
+
+
+def partial(cert: dict[str, Any]) -> str | None:
+    """Why a certificate does not certify its node fully; None for a full one."""
+    if cert.get("scope") == FULL and not cert.get("missing"):
+        return None
+    missing = cert.get("missing")
+    if not isinstance(missing, list) or not missing:
+        return "its scope is not recorded as full"
+    names = [str(m.get("check")) if isinstance(m, dict) else str(m) for m in missing]
+    return f"{', '.join(names)} not proven"
 
 
 def issue(
@@ -211,7 +292,8 @@ def issue(
     allow_warn: bool = False,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """A signed certificate for one node of a certify report."""
+    """A signed certificate for one node of a certify report: full, or partial when the
+    run proved less than the SKU requires (it says what is missing)."""
     host = node_report.get("host")
     if not isinstance(host, str) or not _SAFE_HOST.match(host):
         # the host names a bundle directory and the certificate file: no path tricks
@@ -224,21 +306,27 @@ def issue(
             f"{host} has verdict {node_report.get('verdict')}: no certificate is issued",
             hint="only PASS nodes (WARN with the allow-warn policy) are certified",
         )
-    if validity_days <= 0:
-        raise BadInput(f"validity must be a positive number of days, not {validity_days}")
+    check_validity_days(validity_days)
     key = load_private_key(key_path)
     bundle = Path(bundle_dir)
     evidence = _evidence(bundle, host)  # first: refuses a missing or changed bundle
+    meta = _meta(bundle / host)
+    profile = _profile_name(meta)
+    required = required_checks(_sku(bundle / host, profile))
+    findings = sorted(node_report.get("findings", []), key=lambda f: str(f.get("rule")))
+    level = meta.get("probes")
+    extent, missing = scope(findings, level, required)
     issued = (now or utc_now()).replace(microsecond=0)
     cert: dict[str, Any] = {
         "schema": SCHEMA,
         "host": host,
         "verdict": node_report["verdict"],
-        "profile": _profile(bundle / host),
-        "rules": [
-            {k: f.get(k) for k in ("rule", "title", "status", "reason")}
-            for f in sorted(node_report.get("findings", []), key=lambda f: str(f.get("rule")))
-        ],
+        "profile": profile,
+        "probes": level if isinstance(level, str) else None,
+        "scope": extent,
+        "required": required,
+        "missing": missing,
+        "rules": [{k: f.get(k) for k in ("rule", "title", "status", "reason")} for f in findings],
         "measurements": [
             {k: m[k] for k in _MEASUREMENT_KEYS if k in m}
             for m in node_report.get("measurements") or []
@@ -259,6 +347,17 @@ def issue(
         "value": base64.b64encode(key.sign(payload)).decode("ascii"),
     }
     return cert
+
+
+def check_validity_days(days: Any) -> int:
+    """A validity the CLI and issue accept: whole days, 1..MAX_VALIDITY_DAYS."""
+    if isinstance(days, bool) or not isinstance(days, int) or not 0 < days <= MAX_VALIDITY_DAYS:
+        raise BadInput(
+            f"certificate validity must be 1 to {MAX_VALIDITY_DAYS} days, not {days!r}",
+            where="--cert-validity-days",
+            hint=f"the default is {DEFAULT_VALIDITY_DAYS}; re-certify rather than certify for long",
+        )
+    return days
 
 
 def write(cert: dict[str, Any], path: Path | str) -> Path:
@@ -294,50 +393,92 @@ def _load(source: Path | str | bytes | dict[str, Any]) -> tuple[dict[str, Any] |
     return cert, None
 
 
+def _authentic(doc: dict[str, Any], public_key: Ed25519PublicKey) -> str | None:
+    """Why the document is not a certificate this key signed; None when it is."""
+    if doc.get("schema") != SCHEMA:
+        return f"unknown schema {doc.get('schema')!r} (expected {SCHEMA}): certify the node again"
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        return f"malformed certificate: missing {', '.join(missing)}"
+    sig = doc.get("signature")
+    if not isinstance(sig, dict) or not sig.get("value"):
+        return "certificate is unsigned"
+    if sig.get("algorithm") != ALGORITHM:
+        return f"unsupported signature algorithm {sig.get('algorithm')!r}"
+    expected_id = key_id(public_key)
+    if sig.get("key_id") != expected_id:
+        return f"signed by key {sig.get('key_id')}, not by the given key {expected_id}"
+    try:
+        public_key.verify(base64.b64decode(sig["value"], validate=True), canonical(doc))
+    except (InvalidSignature, binascii.Error, ValueError, TypeError):
+        return "signature does not match the certificate's content"
+    if doc.get("verdict") not in (PASS, WARN) or any(
+        r.get("status") in (FAIL, ERROR) for r in doc.get("rules", [])
+    ):  # a correctly signed FAIL would be a signing bug; never honour it
+        return f"certificate carries verdict {doc.get('verdict')}"
+    return None
+
+
+def _period(doc: dict[str, Any], at: datetime) -> str | None:
+    """Why the certificate is not valid at ``at``: not yet, expired, or issued for longer
+    than the maximum (a key holder's typo or a forged policy must not last for years)."""
+    try:
+        issued, expires = parse_iso(doc["issued_at"]), parse_iso(doc["expires_at"])
+    except (TypeError, ValueError):
+        return "malformed certificate: issued_at/expires_at are not UTC times"
+    days = (expires - issued) / timedelta(days=1)
+    if days > MAX_VALIDITY_DAYS:
+        return f"validity period of {days:g} days exceeds the maximum of {MAX_VALIDITY_DAYS} days"
+    if at < issued:
+        return f"certificate is not valid before {doc['issued_at']}"
+    if at >= expires:
+        return f"certificate expired at {doc['expires_at']}"
+    return None
+
+
+def _same_hardware(doc: dict[str, Any], bundle: Path) -> str | None:
+    """Why the host's evidence in ``bundle`` is not the hardware the certificate names."""
+    host = str(doc["host"])
+    _evidence(bundle, host)  # refuses a bundle without the host or changed since its run
+    observed = host_fingerprint(bundle / host)
+    if not identity(observed):
+        return f"bundle {bundle} holds no hardware evidence of {host} to compare"
+    diffs = differences(doc.get("fingerprint") or {}, observed)
+    if not diffs:
+        return None
+    more = len(diffs) - _MAX_DIFFERENCES
+    shown = "; ".join(diffs[:_MAX_DIFFERENCES]) + (f"; and {more} more" if more > 0 else "")
+    return f"hardware differs from the certified {host} (bundle {bundle}): {shown}"
+
+
 def verify(
     cert: Path | str | bytes | dict[str, Any],
     public_key_path: Path | str,
     *,
+    host: str | None,
+    bundle: Path | str | None = None,
+    allow_partial: bool = False,
     now: datetime | None = None,
 ) -> VerifyResult:
-    """Check schema, signature (with this public key) and validity period, in that order.
+    """Is ``cert`` a valid certificate of ``host``: signed with this key, within its
+    validity period, about that host, full in scope (or ``allow_partial``), and, given a
+    ``bundle`` collected since, about the same hardware? Checked in that order.
 
+    ``host=None`` checks no host: say so explicitly (a certificate is about one node).
     ``cert`` is a file path, a file's bytes, or an already parsed document (a dict skips
     the byte-exact layout check, which only a file can fail)."""
     public_key = load_public_key(public_key_path)
     doc, problem = _load(cert)
     if doc is None:
         return VerifyResult(False, problem or "malformed certificate")
-    if doc.get("schema") != SCHEMA:
-        return VerifyResult(False, f"unknown schema {doc.get('schema')!r} (expected {SCHEMA})")
-    missing = [k for k in _REQUIRED if k not in doc]
-    if missing:
-        return VerifyResult(False, f"malformed certificate: missing {', '.join(missing)}")
-    sig = doc.get("signature")
-    if not isinstance(sig, dict) or not sig.get("value"):
-        return VerifyResult(False, "certificate is unsigned")
-    if sig.get("algorithm") != ALGORITHM:
-        return VerifyResult(False, f"unsupported signature algorithm {sig.get('algorithm')!r}")
-    expected_id = key_id(public_key)
-    if sig.get("key_id") != expected_id:
-        return VerifyResult(
-            False, f"signed by key {sig.get('key_id')}, not by the given key {expected_id}"
-        )
-    try:
-        public_key.verify(base64.b64decode(sig["value"], validate=True), canonical(doc))
-    except (InvalidSignature, binascii.Error, ValueError, TypeError):
-        return VerifyResult(False, "signature does not match the certificate's content")
-    if doc.get("verdict") not in (PASS, WARN) or any(
-        r.get("status") in (FAIL, ERROR) for r in doc.get("rules", [])
-    ):  # a correctly signed FAIL would be a signing bug; never honour it
-        return VerifyResult(False, f"certificate carries verdict {doc.get('verdict')}")
-    try:
-        issued, expires = parse_iso(doc["issued_at"]), parse_iso(doc["expires_at"])
-    except (TypeError, ValueError):
-        return VerifyResult(False, "malformed certificate: issued_at/expires_at are not UTC times")
-    at = now or utc_now()
-    if at < issued:
-        return VerifyResult(False, f"certificate is not valid before {doc['issued_at']}")
-    if at >= expires:
-        return VerifyResult(False, f"certificate expired at {doc['expires_at']}")
-    return VerifyResult(True, f"valid until {doc['expires_at']} ({doc['host']})", doc)
+    why = _authentic(doc, public_key) or _period(doc, now or utc_now())
+    if why is None and host is not None and doc["host"] != host:
+        why = f"certificate is for host {doc['host']!r}, not {host!r}"
+    if why is None and not allow_partial and (gap := partial(doc)):
+        why = f"partial certificate: {gap}; it does not certify the node"
+    if why is None and bundle is not None:
+        why = _same_hardware(doc, Path(bundle))
+    if why is not None:
+        return VerifyResult(False, why)
+    extent = "" if doc["scope"] == FULL else f", partial: {partial(doc)}"
+    return VerifyResult(True, f"valid until {doc['expires_at']} ({doc['host']}{extent})", doc)

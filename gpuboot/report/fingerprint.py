@@ -1,4 +1,5 @@
-"""Hardware/firmware fingerprint of one host, read from its evidence-bundle probe files.
+"""Hardware/firmware fingerprint of one host, read from its evidence-bundle probe files, and
+the differences between two (a certificate presented for a node whose hardware changed).
 
 Only what the bundle holds is reported, each part from the existing evidence parsers; a
 part whose probe is absent is left out and one whose output cannot be read is listed
@@ -199,3 +200,36 @@ def host_fingerprint(host_dir: Path) -> dict[str, Any]:
     if unreadable:
         out["unreadable"] = dict(sorted(unreadable.items()))
     return out
+
+
+_GPU_IDENTITY = ("name", "uuid", "serial", "pci_bus_id", "vbios")
+_NIC_IDENTITY = ("ca_type", "firmware", "node_guid", "vendor_part_id", "board_id")
+
+
+def identity(fp: dict[str, Any]) -> dict[str, Any]:
+    """The facts of a fingerprint that name the node's hardware and stack, flat: each GPU
+    (serial, UUID, slot, VBIOS, maximum PCIe link), each NIC (GUID, firmware), the driver
+    and the stack's package versions. Not the live PCIe link (an idle GPU trains down to
+    save power) nor the digest of every package (an unrelated update changes no GPU)."""
+    out: dict[str, Any] = {}
+    for i, gpu in enumerate(fp.get("gpus") or []):
+        out |= {f"GPU {i} {k}": gpu.get(k) for k in _GPU_IDENTITY}
+        link = gpu.get("pcie_link") or {}
+        out[f"GPU {i} PCIe max"] = f"Gen{link.get('gen_max')} x{link.get('width_max')}"
+    for nic in fp.get("nics") or []:
+        out |= {f"NIC {nic.get('device')} {k}": nic.get(k) for k in _NIC_IDENTITY if k in nic}
+    out |= {f"driver {k}": v for k, v in (fp.get("driver") or {}).items()}
+    packages = (fp.get("stack") or {}).get("packages") or {}
+    out |= {f"package {name}": version for name, version in packages.items()}
+    return out
+
+
+def differences(certified: dict[str, Any], observed: dict[str, Any]) -> list[str]:
+    """Each identity fact that differs between two fingerprints, named with both values
+    (absent on one side counts: a GPU gone, or nothing observed, is a difference)."""
+    was, now = identity(certified), identity(observed)
+    return [
+        f"{key}: certified {was.get(key)!r}, now {now.get(key)!r}"
+        for key in sorted(was.keys() | now.keys())
+        if was.get(key) != now.get(key)
+    ]

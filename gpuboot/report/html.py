@@ -26,6 +26,7 @@ from gpuboot.report._util import (
     measurement_status,
     utc_now,
 )
+from gpuboot.report.certificate import partial
 from gpuboot.report.charts import BAND, SYMBOL, bar_chart, chart_groups
 
 ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3, SKIPPED: 4}
@@ -133,7 +134,12 @@ def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any])
         for s in STATUSES
     )
     # Without a signing key nothing is certified; say what passed instead of "0 certified".
-    done, word = (len(certificates), "certified") if certificates else (counts[PASS], "passed")
+    # A partial certificate (short of the SKU's probes) certifies nothing: counted apart.
+    partials = sum(partial(c) is not None for c in certificates.values())
+    done, word = (
+        (len(certificates) - partials, "certified") if certificates else (counts[PASS], "passed")
+    )
+    word += f", {partials} partial" if partials else ""
     return (
         '<header><div class="head"><div><h1>GPU node certification report</h1>'
         f'<p class="meta">{" · ".join(meta)}</p><p class="meta">{bundle}</p></div>'
@@ -154,18 +160,21 @@ def _counts(items: list[str]) -> str:
     )
 
 
+def _cert_text(cert: dict[str, Any] | None) -> str:
+    if not cert:
+        return '<span class="none">not issued</span>'
+    until = f"until {_e(str(cert.get('expires_at'))[:10])}"
+    gap = partial(cert)
+    return f'<span class="s-WARN">partial</span> {until}: {_e(gap)}' if gap else until
+
+
 def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
     rows = []
     for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
         findings = n.get("findings", [])
         measurements = n.get("measurements") or []
         bad = [f.get("rule") for f in findings if f.get("status") in (FAIL, ERROR, WARN)]
-        cert = certificates.get(n.get("host"))
-        cert_txt = (
-            f"until {_e(cert['expires_at'][:10])}"
-            if cert
-            else '<span class="none">not issued</span>'
-        )
+        cert_txt = _cert_text(certificates.get(n.get("host")))
         rows.append(
             f'<tr><td class="host">{_e(n.get("host"))}</td><td>{badge(str(n.get("verdict")))}</td>'
             f"<td>{_counts([str(f.get('status')) for f in findings])}</td>"

@@ -23,13 +23,21 @@ from gpuboot.report._util import (
     parse_iso,
     utc_now,
 )
+from gpuboot.report.certificate import partial
 
 _FAMILIES = (
-    ("gpuboot_node_certified", "1 if the node holds a valid gpuboot certificate from this run."),
+    (
+        "gpuboot_node_certified",
+        "1 if the node holds a full-scope gpuboot certificate from this run (a partial one, "
+        "short of the probes its SKU requires, does not count).",
+    ),
     ("gpuboot_node_verdict", "Verdict of the node's last certification (state set)."),
     ("gpuboot_rule_status", "Status of each certification rule (state set, 1 = current)."),
     ("gpuboot_measurement", "Measured figure (median of the probe's samples), in `unit`."),
-    ("gpuboot_certificate_expiry_timestamp_seconds", "Unix time the certificate expires."),
+    (
+        "gpuboot_certificate_expiry_timestamp_seconds",
+        "Unix time the node's certificate from this run (full or partial) expires.",
+    ),
     ("gpuboot_last_run_timestamp_seconds", "Unix time this certification report was written."),
 )
 
@@ -65,7 +73,8 @@ def _samples(
     out: dict[str, list[str]] = {name: [] for name, _ in _FAMILIES}
     for node in report.get("nodes", []):
         host = node.get("host", "")
-        certified = host in certificates and certificates[host].get("verdict") in (PASS, WARN)
+        cert = certificates.get(host) or {}
+        certified = cert.get("verdict") in (PASS, WARN) and partial(cert) is None
         out["gpuboot_node_certified"].append(
             _sample("gpuboot_node_certified", {"host": host}, int(certified))
         )
@@ -92,9 +101,9 @@ def _samples(
                 out["gpuboot_measurement"].append(
                     _sample("gpuboot_measurement", labels, m["value"])
                 )
-        if certified:
+        if cert.get("verdict") in (PASS, WARN):  # partial ones expire too
             try:
-                expiry = parse_iso(certificates[host]["expires_at"]).timestamp()
+                expiry = parse_iso(cert["expires_at"]).timestamp()
             except (KeyError, TypeError, ValueError):
                 continue
             out["gpuboot_certificate_expiry_timestamp_seconds"].append(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpuboot.checks.rules import RULES
 from gpuboot.report import certificate
 
 from .fake_apiserver import FakeApiServer
@@ -39,6 +40,13 @@ def finding(rule: str, status: str) -> dict[str, Any]:
     return {"rule": rule, "title": rule, "status": status, "reason": "r", "action": "a"}
 
 
+def with_catalogue(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``given`` plus a PASS for every other rule: a whole run, so a PASS node's
+    certificate is full in scope (the gate refuses partial ones)."""
+    named = {f["rule"] for f in given}
+    return given + [finding(r.id, "PASS") for r in RULES if r.id not in named]
+
+
 class Reports:
     """Builds certify reports: a bundle per run, certificates for the PASS/WARN nodes."""
 
@@ -61,6 +69,7 @@ class Reports:
             meta = {
                 "host": host,
                 "profile": "hgx-h100-sxm-8gpu",
+                "probes": "quick",
                 "pins": (pins or {}).get(host, {}),
             }
             (bundle / host).mkdir(parents=True)
@@ -74,7 +83,7 @@ class Reports:
             "bundle": str(bundle),
             "passed": all(v == "PASS" for v in nodes.values()),
             "nodes": [
-                {"host": h, "verdict": v, "findings": (findings or {}).get(h, [])}
+                {"host": h, "verdict": v, "findings": with_catalogue((findings or {}).get(h, []))}
                 for h, v in nodes.items()
             ],
             "reports": {},

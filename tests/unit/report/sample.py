@@ -40,8 +40,11 @@ def make_bundle(
     hosts: list[str],
     run_id: str = "20261122T101500-certify-abc123",
     probes: dict[str, str] | None = None,
+    level: str = "quick",
+    meta: dict[str, Any] | None = None,
 ) -> Path:
-    """Bundle of ``hosts``; ``probes`` (bundle name -> capture path) replaces the default set."""
+    """Bundle of ``hosts``; ``probes`` (bundle name -> capture path) replaces the default set,
+    ``level`` is the probe level meta.json records, ``meta`` adds to each host's meta.json."""
     bundle = root / run_id
     for host in hosts:
         d = bundle / host
@@ -50,14 +53,19 @@ def make_bundle(
             (d / name).write_bytes((CAPTURES / rel).read_bytes())
         (d / "proc_driver_nvidia_version.txt").write_text(NVIDIA_VERSION)
         (d / "dpkg-query_-W.txt").write_text(DPKG)
-        meta = {"host": host, "pins": {"gpuboot_profile": "hgx-h100-sxm-8gpu"}, "probes": {}}
-        (d / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        doc = {"host": host, "pins": {"gpuboot_profile": "hgx-h100-sxm-8gpu"}, "probes": level}
+        (d / "meta.json").write_text(json.dumps({**doc, **(meta or {})}, indent=2, sort_keys=True))
+    return write_manifest(bundle, run_id)
+
+
+def write_manifest(bundle: Path, run_id: str | None = None) -> Path:
+    """MANIFEST.json over every file of the bundle, as certify writes it."""
     files = {
         str(p.relative_to(bundle)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(bundle.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p != bundle / "MANIFEST.json"
     }
-    manifest = {"run_id": run_id, "created": "2026-11-22T10:15:00Z", "files": files}
+    manifest = {"run_id": run_id or bundle.name, "created": "2026-11-22T10:15:00Z", "files": files}
     (bundle / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
     return bundle
 

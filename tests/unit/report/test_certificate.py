@@ -18,6 +18,11 @@ from gpuboot.report import certificate
 from .conftest import NOW
 from .sample import CAPTURES, make_bundle
 
+# The verify calls here check authenticity and the validity period of the sample's
+# certificates, whose report carries 6 rules: partial in scope (test_cert_scope.py covers
+# scope, host and hardware).
+ANY = {"host": "gpu-a01", "allow_partial": True}
+
 
 def _node(report: dict, host: str) -> dict:
     return next(n for n in report["nodes"] if n["host"] == host)
@@ -43,7 +48,7 @@ def test_generate_key_refuses_to_overwrite(key: Path):
 
 
 def test_certificate_content(cert: dict, bundle: Path):
-    assert cert["schema"] == "gpuboot.certificate/v1"
+    assert cert["schema"] == "gpuboot.certificate/v2"
     assert cert["host"] == "gpu-a01" and cert["verdict"] == "PASS"
     assert cert["profile"] == "hgx-h100-sxm-8gpu"
     assert cert["issued_at"] == "2026-11-22T10:20:00Z"
@@ -112,11 +117,11 @@ def test_verify_ok_and_validity_days(report, bundle, key, tmp_path):
     cert = certificate.issue(_node(report, "gpu-a01"), bundle, key, validity_days=7, now=NOW)
     path = certificate.write(cert, tmp_path / "gpu-a01.json")
     pub = key.with_name(key.name + ".pub")
-    result = certificate.verify(path, pub, now=NOW + timedelta(days=6))
+    result = certificate.verify(path, pub, **ANY, now=NOW + timedelta(days=6))
     assert result.ok, result.reason
     assert result.certificate["host"] == "gpu-a01"
-    assert certificate.verify(cert, pub, now=NOW).ok  # a dict verifies as well
-    assert certificate.verify(path, key, now=NOW).ok  # the private key file also serves
+    assert certificate.verify(cert, pub, **ANY, now=NOW).ok  # a dict verifies as well
+    assert certificate.verify(path, key, **ANY, now=NOW).ok  # the private key file also serves
 
 
 def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
@@ -130,7 +135,7 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
     path = certificate.write(cert, tmp_path / "c.json")
     pub = key.with_name(key.name + ".pub")
     data = path.read_bytes()
-    assert certificate.verify(path, pub, now=NOW).ok
+    assert certificate.verify(path, pub, **ANY, now=NOW).ok
 
     def flipped(i: int) -> bytes:
         changed = bytearray(data)
@@ -138,13 +143,13 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
         return bytes(changed)
 
     # All offsets through the file's bytes (verify reads a path into exactly these)...
-    passed = [i for i in range(len(data)) if certificate.verify(flipped(i), pub, now=NOW).ok]
+    passed = [i for i in range(len(data)) if certificate.verify(flipped(i), pub, **ANY, now=NOW).ok]
     assert passed == []
     # ...and a spread of offsets through real files on disk.
     tampered = tmp_path / "t.json"
     for i in range(0, len(data), max(1, len(data) // 40)):
         tampered.write_bytes(flipped(i))
-        assert not certificate.verify(tampered, pub, now=NOW).ok, f"byte {i}"
+        assert not certificate.verify(tampered, pub, **ANY, now=NOW).ok, f"byte {i}"
 
 
 @pytest.mark.parametrize(
@@ -152,7 +157,7 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
     [
         (b'"serial": "165', b'"serial": "265', "signature does not match"),  # content
         (b'"verdict": "PASS"', b'"verdict":  "PASS"', "altered"),  # whitespace only
-        (b'"schema": "gpuboot.certificate/v1"', b'"schema": "gpuboot.certificate/v2"', "schema"),
+        (b'"schema": "gpuboot.certificate/v2"', b'"schema": "gpuboot.certificate/v3"', "schema"),
     ],
 )
 def test_single_edits_give_clear_reasons(cert, key, tmp_path, old, new, why):
@@ -164,21 +169,21 @@ def test_single_edits_give_clear_reasons(cert, key, tmp_path, old, new, why):
     if why != "altered":
         doc = json.loads(path.read_bytes())
         certificate.write(doc, path)
-    result = certificate.verify(path, key.with_name(key.name + ".pub"), now=NOW)
+    result = certificate.verify(path, key.with_name(key.name + ".pub"), **ANY, now=NOW)
     assert not result.ok and why in result.reason
 
 
 def test_expired_and_not_yet_valid(cert, key):
     pub = key.with_name(key.name + ".pub")
-    expired = certificate.verify(cert, pub, now=NOW + timedelta(days=30))
+    expired = certificate.verify(cert, pub, **ANY, now=NOW + timedelta(days=30))
     assert not expired.ok and "expired at 2026-12-22T10:20:00Z" in expired.reason
-    early = certificate.verify(cert, pub, now=NOW - timedelta(seconds=1))
+    early = certificate.verify(cert, pub, **ANY, now=NOW - timedelta(seconds=1))
     assert not early.ok and "not valid before" in early.reason
 
 
 def test_wrong_key(cert, tmp_path):
     other = certificate.generate_key(tmp_path / "other.pem")
-    result = certificate.verify(cert, other.with_name("other.pem.pub"), now=NOW)
+    result = certificate.verify(cert, other.with_name("other.pem.pub"), **ANY, now=NOW)
     assert not result.ok and "not by the given key" in result.reason
 
 
@@ -186,39 +191,39 @@ def test_forged_key_id_still_fails_the_signature(cert, tmp_path):
     other = certificate.generate_key(tmp_path / "other.pem")
     pub = certificate.load_public_key(other.with_name("other.pem.pub"))
     forged = {**cert, "signature": {**cert["signature"], "key_id": certificate.key_id(pub)}}
-    result = certificate.verify(forged, other.with_name("other.pem.pub"), now=NOW)
+    result = certificate.verify(forged, other.with_name("other.pem.pub"), **ANY, now=NOW)
     assert not result.ok and "signature does not match" in result.reason
 
 
 def test_unsigned(cert, key, tmp_path):
     unsigned = {k: v for k, v in cert.items() if k != "signature"}
     path = certificate.write(unsigned, tmp_path / "u.json")
-    result = certificate.verify(path, key.with_name(key.name + ".pub"), now=NOW)
+    result = certificate.verify(path, key.with_name(key.name + ".pub"), **ANY, now=NOW)
     assert not result.ok and result.reason == "certificate is unsigned"
 
 
 def test_malformed_json(key, tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{"schema": "gpuboot.certificate/v1", ')
-    result = certificate.verify(path, key.with_name(key.name + ".pub"), now=NOW)
+    result = certificate.verify(path, key.with_name(key.name + ".pub"), **ANY, now=NOW)
     assert not result.ok and "invalid JSON" in result.reason
     path.write_text("[1, 2]\n")
-    result = certificate.verify(path, key.with_name(key.name + ".pub"), now=NOW)
+    result = certificate.verify(path, key.with_name(key.name + ".pub"), **ANY, now=NOW)
     assert not result.ok and "not an object" in result.reason
 
 
 def test_unreadable_files_raise_bad_input_with_name_and_hint(key, tmp_path):
     missing = tmp_path / "nope.json"
     with pytest.raises(BadInput) as info:
-        certificate.verify(missing, key.with_name(key.name + ".pub"))
+        certificate.verify(missing, key.with_name(key.name + ".pub"), **ANY)
     assert info.value.where == str(missing) and info.value.hint
     with pytest.raises(BadInput) as info:
-        certificate.verify({}, tmp_path / "no-key.pub")
+        certificate.verify({}, tmp_path / "no-key.pub", **ANY)
     assert "no-key.pub" in str(info.value) and info.value.hint
     not_a_key = tmp_path / "junk.pub"
     not_a_key.write_text("hello\n")
     with pytest.raises(BadInput, match="not a PEM public key"):
-        certificate.verify({}, not_a_key)
+        certificate.verify({}, not_a_key, **ANY)
 
 
 @pytest.mark.parametrize("host", ["gpu-b07.rack2.example.net", "gpu-c11"])
@@ -235,7 +240,9 @@ def test_warn_needs_the_policy(report, bundle, key):
         certificate.issue(node, bundle, key, now=NOW)
     cert = certificate.issue(node, bundle, key, allow_warn=True, now=NOW)
     assert cert["verdict"] == "WARN"
-    assert certificate.verify(cert, key.with_name(key.name + ".pub"), now=NOW).ok
+    assert certificate.verify(
+        cert, key.with_name(key.name + ".pub"), host="gpu-a03", allow_partial=True, now=NOW
+    ).ok
 
 
 def test_signed_fail_certificate_is_rejected(cert, key):
@@ -247,7 +254,7 @@ def test_signed_fail_certificate_is_rejected(cert, key):
         **cert["signature"],
         "value": base64.b64encode(priv.sign(certificate.canonical(bad))).decode(),
     }
-    result = certificate.verify(bad, key.with_name(key.name + ".pub"), now=NOW)
+    result = certificate.verify(bad, key.with_name(key.name + ".pub"), **ANY, now=NOW)
     assert not result.ok and "FAIL" in result.reason
 
 

@@ -45,10 +45,16 @@ def test_self_contained_no_scripts_no_external_assets(report):
 
 
 def test_header_summary_and_table(report):
-    p = _parse(html.render(report, {"gpu-a01": {"expires_at": "2026-12-22T10:20:00Z"}}, now=NOW))
+    certs = {
+        "gpu-a01": {"expires_at": "2026-12-22T10:20:00Z", "scope": "full", "missing": []},
+        "gpu-a02": {"expires_at": "2026-12-22T10:20:00Z", "scope": "partial", "missing": [
+            {"check": "BW-005", "reason": "SKIPPED: not applicable: no pair probe"}]},
+    }  # fmt: skip
+    p = _parse(html.render(report, certs, now=NOW))
     text = " ".join(p.text)
     assert "20261122T101500-certify-abc123" in text and "2026-11-22T10:20:00Z" in text
-    assert "1 of 5 nodes certified" in text
+    assert "1 of 5 nodes certified, 1 partial" in text
+    assert "partial" in text and "until 2026-12-22: BW-005 not proven" in text
     rows = [a for t, a in p.tags if t == "tr"]
     assert len(rows) == 1 + 5 + 5 * 7  # header, node rows, all-checks tables (header + 6)
     assert "until 2026-12-22" in text and "not issued" in text

@@ -57,7 +57,8 @@ def parse(text: str) -> dict[str, dict]:
 
 @pytest.fixture
 def certs():
-    return {"gpu-a01": {"verdict": "PASS", "expires_at": "2026-12-22T10:20:00Z"}}
+    full = {"scope": "full", "missing": []}
+    return {"gpu-a01": {"verdict": "PASS", "expires_at": "2026-12-22T10:20:00Z", **full}}
 
 
 def test_valid_exposition_with_help_and_type(report, certs):

@@ -20,11 +20,14 @@ def test_all_outputs_with_key(report, key, tmp_path):
     assert sorted(certs) == ["gpu-a01", "gpu-a02"]  # WARN/FAIL/ERROR: none
     assert certs["gpu-a01"] == out / "certificates" / "gpu-a01.json"
     pub = key.with_name(key.name + ".pub")
-    for path in certs.values():
-        assert certificate.verify(path, pub, now=NOW).ok
-    assert "2 of 5 nodes certified" in paths["html"].read_text()
+    for host, path in certs.items():
+        # the sample runs 6 of the catalogue's rules: authentic, but partial in scope
+        assert certificate.verify(path, pub, host=host, allow_partial=True, now=NOW).ok
+        assert not certificate.verify(path, pub, host=host, now=NOW).ok
+    assert "0 of 5 nodes certified, 2 partial" in paths["html"].read_text()
     prom = paths["prometheus"].read_text()
     assert 'gpuboot_certificate_expiry_timestamp_seconds{host="gpu-a02"}' in prom
+    assert 'gpuboot_node_certified{host="gpu-a02"} 0' in prom  # partial: not certified
     ET.parse(paths["junit"])
     assert all(p.exists() for p in paths.values())
 

@@ -1,0 +1,206 @@
+"""A certificate says exactly what was proven (probe level, every check, full or partial
+scope), about exactly one node (host and hardware fingerprint), for a bounded time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuboot.checks.rules import RULES
+from gpuboot.errors import BadInput
+from gpuboot.k8s.decision import decide
+from gpuboot.profiles import PROFILE_DIR
+from gpuboot.report import certificate
+
+from .conftest import NOW
+from .sample import make_bundle, write_manifest
+
+PAIR_SKIP = "not applicable: {}: no pair probe in this run"
+PROBE_RULES = ("BW-001", "BW-002", "BW-003", "BW-004", "BW-005", "BW-006", "DCG-001")
+
+
+def node_report(host: str = "gpu-a01", **override: tuple[str, str]) -> dict[str, Any]:
+    """A PASS node report with a finding for every rule of the catalogue;
+    ``override`` rule id (with _ for -) -> (status, reason)."""
+    findings = []
+    for rule in RULES:
+        status, reason = override.get(rule.id.replace("-", "_"), ("PASS", "ok"))
+        findings.append({"rule": rule.id, "title": rule.title, "status": status, "reason": reason})
+    return {"host": host, "verdict": "PASS", "findings": findings, "measurements": []}
+
+
+def single_node_run() -> dict[str, Any]:
+    """`certify --limit node1`: the pair probes found no partner and did not run."""
+    return node_report(
+        BW_005=("SKIPPED", PAIR_SKIP.format("ib_write_bw")),
+        BW_006=("SKIPPED", PAIR_SKIP.format("tcp_bw")),
+    )
+
+
+def pub(key: Path) -> Path:
+    return key.with_name(key.name + ".pub")
+
+
+def test_full_certificate_records_probe_level_and_every_check(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")
+    cert = certificate.issue(node_report(), bundle, key, now=NOW)
+    assert (cert["scope"], cert["missing"], cert["probes"]) == ("full", [], "quick")
+    assert [r["rule"] for r in cert["rules"]] == sorted(r.id for r in RULES)
+    assert set(cert["required"]) == set(PROBE_RULES)  # the H100 SKU has every part
+    result = certificate.verify(cert, pub(key), host="gpu-a01", now=NOW)
+    assert result.ok, result.reason
+
+
+def test_single_node_run_without_pair_partner_is_partial(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")
+    cert = certificate.issue(single_node_run(), bundle, key, now=NOW)
+    assert cert["scope"] == "partial"
+    assert [m["check"] for m in cert["missing"]] == ["BW-005", "BW-006"]
+    assert "no pair probe" in cert["missing"][0]["reason"]
+    skipped = {r["rule"]: r for r in cert["rules"] if r["status"] == "SKIPPED"}
+    assert skipped["BW-006"]["reason"] == PAIR_SKIP.format("tcp_bw")
+    # authentic, but not a certification: verify refuses it unless partial is allowed
+    result = certificate.verify(cert, pub(key), host="gpu-a01", now=NOW)
+    assert not result.ok and "partial" in result.reason and "BW-005" in result.reason
+    assert certificate.verify(cert, pub(key), host="gpu-a01", allow_partial=True, now=NOW).ok
+
+
+def test_probes_none_is_partial_and_names_the_level(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="none")
+    skip = ("SKIPPED", "not applicable: probe level none: not run")
+    node = node_report(**{r.replace("-", "_"): skip for r in PROBE_RULES})
+    cert = certificate.issue(node, bundle, key, now=NOW)
+    assert cert["scope"] == "partial" and cert["probes"] == "none"
+    missing = [m["check"] for m in cert["missing"]]
+    assert missing == ["probes", *sorted(PROBE_RULES)]
+
+
+def test_a_rule_left_out_of_the_run_leaves_the_certificate_partial(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"])
+    node = node_report()
+    node["findings"] = [f for f in node["findings"] if f["rule"] != "NIC-002"]
+    cert = certificate.issue(node, bundle, key, now=NOW)
+    assert cert["missing"] == [{"check": "NIC-002", "reason": "not evaluated in this run"}]
+
+
+def test_a_part_the_sku_lacks_needs_no_probe(tmp_path, key):
+    profile = yaml.safe_load((PROFILE_DIR / "l40s-pcie-4gpu.yaml").read_text())
+    profile["name"] = "one-gpu-no-nic"
+    gpu = profile["hardware"]["gpu"]
+    gpu["count"] = 1
+    for field in ("pci_bus_ids", "numa_nodes"):  # per-GPU lists
+        gpu[field] = gpu[field][:1]
+    profile["hardware"]["nics"] = []
+    bundle = make_bundle(tmp_path, ["gpu-a01"], meta={"profile": "one-gpu-no-nic.yaml"})
+    (bundle / "gpu-a01" / "one-gpu-no-nic.yaml").write_text(yaml.safe_dump(profile))
+    write_manifest(bundle)
+    sku = ("SKIPPED", "not applicable: no such part on this SKU")
+    node = node_report(BW_003=sku, BW_004=sku, BW_005=sku)
+    cert = certificate.issue(node, bundle, key, now=NOW)
+    assert (cert["scope"], cert["missing"]) == ("full", [])
+    assert cert["required"] == ["BW-001", "BW-002", "BW-006", "DCG-001"]
+
+
+def _gate_report(tmp_path: Path, key: Path, node: dict[str, Any]) -> dict[str, Any]:
+    bundle = make_bundle(tmp_path, [node["host"]])
+    cert = certificate.issue(node, bundle, key, now=NOW)
+    path = certificate.write(cert, tmp_path / "certs" / f"{node['host']}.json")
+    return {"bundle": str(bundle), "reports": {f"certificate:{node['host']}": str(path)}}
+
+
+def test_join_gate_refuses_a_partial_certificate_by_default(tmp_path, key):
+    node = single_node_run()
+    report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
+    target = decide(report, node, allow_warn=False, now=NOW)
+    assert not target.certified and "partial" in (target.error or "")
+    assert "BW-005" in target.error
+    allowed = decide(report, node, allow_warn=False, allow_partial=True, now=NOW)
+    assert allowed.certified and allowed.error is None
+
+
+def test_join_gate_accepts_a_full_certificate(tmp_path, key):
+    node = node_report()
+    report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
+    target = decide(report, node, allow_warn=False, now=NOW)
+    assert target.certified and target.error is None
+
+
+def test_verify_refuses_the_certificate_of_another_host(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"])
+    cert = certificate.issue(node_report(), bundle, key, now=NOW)
+    result = certificate.verify(cert, pub(key), host="gpu-a02", now=NOW)
+    assert not result.ok
+    assert result.reason == "certificate is for host 'gpu-a01', not 'gpu-a02'"
+
+
+def _swap_gpu_serial(bundle: Path) -> None:
+    q = bundle / "gpu-a01" / "nvidia-smi_-q.txt"
+    q.write_text(q.read_text().replace("1655022005478", "1655022009999", 1))
+    write_manifest(bundle)
+
+
+def test_verify_against_a_bundle_refuses_other_hardware(tmp_path, key):
+    cert = certificate.issue(node_report(), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW)
+    same = make_bundle(tmp_path / "b", ["gpu-a01"])  # a later collection of the same node
+    ok = certificate.verify(cert, pub(key), host="gpu-a01", bundle=same, now=NOW)
+    assert ok.ok, ok.reason
+    swapped = make_bundle(tmp_path / "c", ["gpu-a01"])
+    _swap_gpu_serial(swapped)
+    bad = certificate.verify(cert, pub(key), host="gpu-a01", bundle=swapped, now=NOW)
+    assert not bad.ok and "hardware differs" in bad.reason
+    assert "1655022005478" in bad.reason and "1655022009999" in bad.reason
+
+
+def test_verify_against_a_bundle_without_that_host_is_bad_input(tmp_path, key):
+    cert = certificate.issue(node_report(), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW)
+    other = make_bundle(tmp_path / "b", ["gpu-a02"])
+    with pytest.raises(BadInput, match="no evidence for host 'gpu-a01'"):
+        certificate.verify(cert, pub(key), host="gpu-a01", bundle=other, now=NOW)
+
+
+def test_validity_has_a_maximum_at_issue_and_at_verify(tmp_path, key, monkeypatch):
+    assert certificate.DEFAULT_VALIDITY_DAYS == 30 and certificate.MAX_VALIDITY_DAYS == 365
+    bundle = make_bundle(tmp_path, ["gpu-a01"])
+    with pytest.raises(BadInput, match="365"):
+        certificate.issue(node_report(), bundle, key, validity_days=366, now=NOW)
+    monkeypatch.setattr(certificate, "MAX_VALIDITY_DAYS", 5000)  # an issuer without the cap
+    long = certificate.issue(node_report(), bundle, key, validity_days=3650, now=NOW)
+    monkeypatch.undo()
+    result = certificate.verify(long, pub(key), host="gpu-a01", now=NOW + timedelta(days=1))
+    assert not result.ok and "3650 days" in result.reason and "365" in result.reason
+
+
+def gpuboot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_verify_names_its_host_and_refuses_a_mismatch(tmp_path, key):
+    bundle = make_bundle(tmp_path, ["gpu-a01"])
+    cert = certificate.write(certificate.issue(node_report(), bundle, key), tmp_path / "c.json")
+    no_host = gpuboot("certify", "--verify", str(cert), "--pubkey", str(pub(key)))
+    assert no_host.returncode == 2 and "--host" in no_host.stderr
+    other = gpuboot(
+        "certify", "--verify", str(cert), "--pubkey", str(pub(key)), "--host", "gpu-a02"
+    )
+    assert other.returncode == 1 and "not 'gpu-a02'" in other.stdout
+    args = ("certify", "--verify", str(cert), "--pubkey", str(pub(key)), "--host", "gpu-a01")
+    ok = gpuboot(*args, "--bundle", str(bundle), "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    doc = json.loads(ok.stdout)
+    assert doc["ok"] is True and doc["host"] == "gpu-a01" and doc["scope"] == "full"
+
+
+def test_cli_refuses_a_validity_over_the_maximum_before_any_host(tmp_path):
+    inventory = tmp_path / "missing-inventory.yml"  # never read: the flag is refused first
+    proc = gpuboot("certify", "-i", str(inventory), "--cert-validity-days", "400")
+    assert proc.returncode == 2
+    assert "--cert-validity-days" in proc.stderr and "365" in proc.stderr
