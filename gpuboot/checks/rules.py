@@ -58,33 +58,84 @@ def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 
 def check_xid(evidence: Evidence, ctx: NodeContext) -> Result | None:
-    """Hardware/driver Xids since boot, with the catalogue's action. Xid 13/43 (and other
-    "application" codes) are the workload's faults; a GPU that fell off the bus without an
-    Xid token counts as Xid 79 (the parser derives it)."""
+    """Hardware/driver Xids since boot, judged by NVIDIA's Xid catalogue (xid_catalog). Xid
+    13/43 (and other "application" codes) are the workload's faults; an Xid that names its cause
+    ("caused by previous Xid N") is judged as N; a GPU that fell off the bus without an Xid token
+    counts as Xid 79. What NVIDIA asks no recovery for (corrected errors, non-fatal NVLink5
+    errors, Xid 154 back to None) is a WARN; a code outside the catalogue fails safe."""
     text = gpu_rules.kernel_log(evidence)
-    from gpuboot.evidence.xid_catalog import xid_info
-
-    bad = [x for x in parse_kernel_log(text).xids if x.info.category != "application"]
-    if not bad:
+    events = [x for x in parse_kernel_log(text).xids if x.info.category != "application"]
+    if not events:
         return None
-    seen: dict[int, list[str]] = {}
-    for x in bad:
-        seen.setdefault(x.code, []).append(x.pci)
-    parts = [
-        f"Xid {code} ({xid_meaning(code)}) on {', '.join(sorted(set(pcis)))}"
-        for code, pcis in sorted(seen.items())
-    ]
-    # the most serious code decides the action (catalogue order: RMA > reboot > reset ...)
-    worst = max(seen, key=lambda c: (xid_info(c).severity == "critical", c))
-    info = xid_info(worst)
-    action = f"Xid {worst}: {info.advice} ({info.action})"
-    return Result(FAIL, "; ".join(parts), action=action)
+    by_code: dict[int, list] = {}
+    for x in events:
+        by_code.setdefault(x.root, []).append(x)
+    parts = []
+    for code, evs in sorted(by_code.items()):
+        via = sorted({x.code for x in evs if x.caused_by})
+        chain = f" (reported as Xid {'/'.join(map(str, via))} caused by previous Xid {code})"
+        pcis = ", ".join(sorted({x.pci for x in evs}))
+        parts.append(f"Xid {code} ({xid_meaning(code)}) on {pcis}{chain if via else ''}")
+    # the most serious event decides the action; a real fault's advice before Xid 154's
+    rank = {"info": 0, "warning": 1, "critical": 2}
+    worst = max(events, key=lambda x: (rank[x.severity], x.root != 154, x.root))
+    action = f"Xid {worst.root}: {worst.info.advice} (NVIDIA bucket {worst.action})"
+    if asks := sorted({x.recovery for x in events if x.recovery not in (None, "None")}):
+        action += f"; the driver's Xid 154 asks: {', '.join(asks)}"
+    return Result(WARN if worst.severity == "info" else FAIL, "; ".join(parts), action=action)
 
 
 def xid_meaning(code: int) -> str:
     from gpuboot.evidence.xid_catalog import xid_info
 
     return xid_info(code).meaning
+
+
+# A non-fatal SXid is corrected by the NVSwitch (Fabric Manager User Guide: informational, jobs
+# go on); one link repeating it is a marginal link. NVIDIA's NVLink workflow (Xid catalogue,
+# WORKFLOW_NVLINK_ERR) asks for a report once an ECC/parity error is seen "more than 2 times on
+# the same link": the same threshold per NVSwitch link and SXid code.
+SXID_WARN_COUNT = 3
+_SXID_RESET = (
+    "stop fabric manager and every GPU workload, reset all GPUs and NVSwitches with "
+    "`nvidia-smi -r` (no -i), start fabric manager; reboot or power-cycle if the SXid returns "
+    "(NVIDIA Fabric Manager User Guide, fatal SXid recovery)"
+)
+
+
+def check_sxid(evidence: Evidence, ctx: NodeContext) -> Result | None:
+    """NVSwitch SXids since boot: the nvidia-nvswitch driver's kernel lines, or fabric manager's
+    log lines in the same text. Fatal (or of unstated severity: fail safe) is FAIL; non-fatal is
+    WARN once one switch link reports the same SXid SXID_WARN_COUNT times (a report the kernel
+    and fabric manager both logged counts once)."""
+    sxids = parse_kernel_log(gpu_rules.kernel_log(evidence)).sxids
+    fatal: dict[tuple[int, str], set[str]] = {}
+    counts: dict[tuple[int, str], dict[str, int]] = {}
+    for s in sxids:
+        where = f"{s.switch} link {s.link}"
+        if s.fatal is not False:
+            word = "fatal" if s.fatal else "unstated-severity"
+            fatal.setdefault((s.code, word), set()).add(where)
+        by_source = counts.setdefault((s.code, where), {})
+        by_source[s.source] = by_source.get(s.source, 0) + 1
+    if fatal:
+        parts = [
+            f"{w} SXid {c} on NVSwitch {', '.join(sorted(at))}"
+            for (c, w), at in sorted(fatal.items())
+        ]
+        return Result(FAIL, "; ".join(parts), action=_SXID_RESET)
+    repeated = [
+        f"{max(n.values())}x non-fatal SXid {code} on NVSwitch {where}"
+        for (code, where), n in sorted(counts.items())
+        if max(n.values()) >= SXID_WARN_COUNT
+    ]
+    if not repeated:
+        return None
+    action = (
+        "a link keeps reporting a corrected NVSwitch error: check it (`nvidia-smi nvlink -e`, "
+        "seating, cables) and run `dcgmi diag -r 3`; reset the fabric if it grows"
+    )
+    return Result(WARN, "; ".join(repeated), action=action)
 
 
 _RESET = "drain the node and reset the GPU (`nvidia-smi -r`), then certify again"
@@ -139,6 +190,15 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
         check_xid,
+        ("dmesg.txt",),
+    ),
+    Rule(
+        "XID-002",
+        "no fatal NVSwitch SXid, and no link repeating a non-fatal one, since boot",
+        FAIL,
+        "reset the GPUs and NVSwitches (fabric manager stopped, `nvidia-smi -r`), reboot if the "
+        "SXid returns; check the link of a repeating non-fatal one",
+        check_sxid,
         ("dmesg.txt",),
     ),
     Rule(

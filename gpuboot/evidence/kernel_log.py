@@ -1,10 +1,20 @@
-"""Kernel log (``dmesg`` in every timestamp style, ``journalctl -k``): NVIDIA Xid events and
-PCIe "limited by ... link" bandwidth notices.
+"""Kernel log (``dmesg`` in every timestamp style, ``journalctl -k``): NVIDIA Xid events, NVSwitch
+SXid events and PCIe "limited by ... link" bandwidth notices.
 
 Timestamp styles handled: ``[   10.7]`` (monotonic), ``[Sun Feb 23 16:24:18 2025]`` (-T),
 ISO (``--time-format iso``), ``kern  :warn  :`` (``--decode``), syslog/journal
 (``Feb 14 05:03:42 host kernel:``) with indented continuation lines, and bare lines.
 "GPU ... has fallen off the bus" without an Xid token is reported as Xid 79 (``derived``).
+
+Facts an Xid line carries beyond its code: the driver's ``caused by previous Xid N`` (on Xid 45,
+the channel teardown that follows an earlier fault: the event is about N), the ``Fatal`` /
+``Nonfatal`` word of the NVLink5 Xids 144-150, and Xid 154's new recovery action.
+
+SXids come from the nvidia-nvswitch driver (``nvidia-nvswitchN: SXid (PCI:<bdf>): <code>,
+<Fatal|Non-fatal>, Link <n> <text>``, followed by ``Severity ...`` and ``Data {...}`` lines that
+belong to it) and from fabric manager's log (``detected NVSwitch <fatal|non-fatal> error <code>
+on fid .. on NVSwitch pci bus id <bdf> physical id .. port <n>``), the form NVIDIA's Fabric
+Manager User Guide documents. An SXid line that states no severity is kept with ``fatal=None``.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
 from gpuboot.evidence._common import require_text
-from gpuboot.evidence.xid_catalog import XidInfo, xid_info
+from gpuboot.evidence.xid_catalog import NVLINK5_CODES, RECOVERY_BUCKET, XidInfo, xid_info
 
 TOOL = "dmesg"
 
@@ -31,6 +41,7 @@ _PREFIXES = (
     ("ctime", re.compile(r"^\[(\w{3} \w{3}\s+\d+ [\d:]+ \d{4})\]\s?(.*)$")),
     ("iso", re.compile(r"^(\d{4}-\d\d-\d\dT[\d:]+(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s(.*)$")),
     ("syslog", re.compile(r"^(\w{3}\s+\d+\s+[\d:]+)\s+\S+\s+([^:\s]+):\s?(.*)$")),
+    ("fabricmanager", re.compile(r"^\[(\w{3} \d+ \d{4} [\d:]+)\]\s?(.*)$")),
 )
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
@@ -47,6 +58,20 @@ _LIMIT = re.compile(
     r"x(\d+) link at (\S+) \(capable of ([\d.]+) Gb/s with ([\d.]+) GT/s PCIe x(\d+) link\)"
 )
 _ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
+_CAUSED_BY = re.compile(r"\s*\bcaused by previous Xid (\d+)\s*$")
+_NVLINK5_SEVERITY = re.compile(r"^\S+\s+(Fatal|Non-?fatal)\b", re.I)
+_RECOVERY = re.compile(
+    r"recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)"
+)
+_BDF = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?"
+_SXID = re.compile(rf"nvidia-nvswitch\d*:?\s+SXid \((?:PCI:)?({_BDF})\):\s*(\d+),\s*(.*)$")
+_SXID_SEVERITY = re.compile(r"^(Fatal|Non-?fatal),\s*(?:Link\s+(-?\d+)\s*)?(.*)$", re.I)
+_SXID_DETAIL = re.compile(r"^(?:Severity \d|Data \{)")  # continuation of the event above
+_FM_SXID = re.compile(
+    rf"detected NVSwitch (fatal|non-fatal) error (\d+) on fid \d+ on NVSwitch pci bus id "
+    rf"({_BDF}) physical id \d+ port (\d+)",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +83,9 @@ class XidEvent:
     message: str
     timestamp: str | None
     derived: bool = False  # True: inferred from "fallen off the bus" text, no Xid token
+    caused_by: int | None = None  # "caused by previous Xid N": the event is about N
+    fatal: bool | None = None  # the Fatal/Nonfatal word of an NVLink5 Xid (144-150)
+    recovery: str | None = None  # Xid 154: the recovery action the driver now asks for
 
     @property
     def pci_device(self) -> str:
@@ -65,8 +93,46 @@ class XidEvent:
         return self.pci.split(".")[0]
 
     @property
+    def root(self) -> int:
+        """The code the event is about: the cause a follow-on Xid names, else its own."""
+        return self.caused_by or self.code
+
+    @property
     def info(self) -> XidInfo:
-        return xid_info(self.code)
+        return xid_info(self.root)
+
+    @property
+    def severity(self) -> str:
+        """The catalogue's weight, refined by what the line itself says: NVLink5 non-fatal
+        errors need no recovery (NVIDIA's 144-150 decode), fatal ones a reset; Xid 154 weighs
+        what its new recovery action asks."""
+        if self.recovery is not None:
+            return "info" if self.recovery == "None" else "critical"
+        if self.fatal is not None:
+            return "critical" if self.fatal else "info"
+        return self.info.severity
+
+    @property
+    def action(self) -> str:
+        """The resolution bucket for this event (see ``severity``)."""
+        if self.recovery is not None:
+            return RECOVERY_BUCKET.get(self.recovery, "CONTACT_SUPPORT")
+        if self.fatal is not None:
+            return "RESET_GPU" if self.fatal else "IGNORE"
+        return self.info.action
+
+
+@dataclass(frozen=True)
+class SXidEvent:
+    """One NVSwitch error report (its Severity/Data continuation lines folded in)."""
+
+    code: int
+    switch: str  # the NVSwitch's PCI address, lower case, 4-digit domain ("0000:05:00.0")
+    fatal: bool | None  # None: the line does not say
+    link: int | None  # NVSwitch port
+    message: str
+    timestamp: str | None
+    source: str  # "kernel" (nvidia-nvswitch driver) or "fabricmanager" (its log)
 
 
 @dataclass(frozen=True)
@@ -87,6 +153,7 @@ class KernelLog:
     pcie_limits: tuple[PcieLimit, ...]
     timestamp_style: str | None
     elided: bool = False
+    sxids: tuple[SXidEvent, ...] = ()
 
     @property
     def xid_counts(self) -> Counter[int]:
@@ -146,16 +213,13 @@ def parse_kernel_log(text: str) -> KernelLog:
     xids: list[XidEvent] = []
     limits: list[PcieLimit] = []
     recent_gpu: tuple[str, int] | None = None  # (pci, message index) of "NVRM: GPU <pci>"
+    sxids: list[SXidEvent] = []
     for i, (ts, msg) in enumerate(messages):
         if m := _XID.search(msg):
-            rest, pid, name = m.group(3), None, None
-            if pm := _PID.match(rest):
-                pid = int(pm.group(1)) if pm.group(1).isdigit() else None
-                rest = rest[pm.end() :]
-            if nm := _NAME.match(rest):
-                name = None if nm.group(1) == "<unknown>" else nm.group(1)
-                rest = rest[nm.end() :]
-            xids.append(XidEvent(int(m.group(2)), m.group(1).lower(), pid, name, rest, ts))
+            xids.append(_xid_event(m, ts))
+            continue
+        if sx := _sxid_event(msg, ts):
+            sxids.append(sx)
             continue
         if gm := _GPU_PCI.search(msg):
             recent_gpu = (gm.group(1).lower(), i)
@@ -178,7 +242,7 @@ def parse_kernel_log(text: str) -> KernelLog:
     # A real Xid 79 line is often followed by "GPU ... has fallen off the bus": count it once.
     explicit = {x.pci_device for x in xids if x.code == 79 and not x.derived}
     xids = [x for x in xids if not (x.derived and x.pci_device in explicit)]
-    if not styles and not xids and not limits and "NVRM" not in text:
+    if not styles and not xids and not sxids and not limits and "NVRM" not in text:
         raise ParseError(
             TOOL, "no kernel log line recognised", hint="is this dmesg/journalctl -k output?"
         )
@@ -187,4 +251,51 @@ def parse_kernel_log(text: str) -> KernelLog:
         pcie_limits=tuple(limits),
         timestamp_style=styles.most_common(1)[0][0] if styles else None,
         elided=elided,
+        sxids=tuple(sxids),
     )
+
+
+def _xid_event(m: re.Match[str], ts: str | None) -> XidEvent:
+    code, rest, pid, name = int(m.group(2)), m.group(3), None, None
+    if pm := _PID.match(rest):
+        pid = int(pm.group(1)) if pm.group(1).isdigit() else None
+        rest = rest[pm.end() :]
+    if nm := _NAME.match(rest):
+        name = None if nm.group(1) == "<unknown>" else nm.group(1)
+        rest = rest[nm.end() :]
+    caused_by = None
+    if cm := _CAUSED_BY.search(rest):
+        caused_by, rest = int(cm.group(1)), rest[: cm.start()]
+    fatal = None
+    if code in NVLINK5_CODES and (fm := _NVLINK5_SEVERITY.match(rest)):
+        fatal = fm.group(1).lower() == "fatal"
+    recovery = rm.group(2).strip() if code == 154 and (rm := _RECOVERY.search(rest)) else None
+    return XidEvent(
+        code, m.group(1).lower(), pid, name, rest, ts, False, caused_by, fatal, recovery
+    )
+
+
+def _sxid_event(msg: str, ts: str | None) -> SXidEvent | None:
+    """An SXid report from the nvswitch driver or fabric manager; None for other lines and
+    for the driver's Severity/Data lines, which detail the report above them."""
+    if m := _SXID.search(msg):
+        rest = m.group(3).strip()
+        if _SXID_DETAIL.match(rest):
+            return None
+        fatal, link = None, None
+        if sm := _SXID_SEVERITY.match(rest):
+            fatal = sm.group(1).lower() == "fatal"
+            link = int(sm.group(2)) if sm.group(2) else None
+            rest = sm.group(3).strip()
+        return SXidEvent(int(m.group(2)), _bdf(m.group(1)), fatal, link, rest, ts, "kernel")
+    if m := _FM_SXID.search(msg):
+        fatal = m.group(1).lower() == "fatal"
+        code, switch, port = int(m.group(2)), _bdf(m.group(3)), int(m.group(4))
+        return SXidEvent(code, switch, fatal, port, msg[m.start() :], ts, "fabricmanager")
+    return None
+
+
+def _bdf(text: str) -> str:
+    """Lower case with a 4-digit domain: fabric manager prints 8 ("00000000:86:00.0")."""
+    domain, rest = text.lower().split(":", 1)
+    return f"{domain[-4:]}:{rest}"
