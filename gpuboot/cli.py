@@ -480,12 +480,21 @@ def _certify_inventory(args) -> Outcome:
         for figure, why in baseline["skipped"].items():
             text += f"\n  {figure} not calibrated: {why}"
     if args.kubeconfig:
-        text, gate_ok = _gate(args, report, text, allow_warn=args.allow_warn)
+        text, gate_ok = _gate(
+            args, report, text, allow_warn=args.allow_warn, allow_partial=args.allow_partial
+        )
         code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, report, text)
 
 
-def _gate(args, report: dict[str, Any], text: str, *, allow_warn: bool = False):
+def _gate(
+    args,
+    report: dict[str, Any],
+    text: str,
+    *,
+    allow_warn: bool = False,
+    allow_partial: bool = False,
+):
     """Apply the Kubernetes join gate to the report's nodes; (text, every node gated)."""
     from gpuboot.inventory import load_inventory
     from gpuboot.k8s import apply_gate
@@ -497,6 +506,7 @@ def _gate(args, report: dict[str, Any], text: str, *, allow_warn: bool = False):
         node_names=load_inventory(args.inventory).k8s_node_names(),
         dry_run=args.k8s_dry_run,
         allow_warn=allow_warn,
+        allow_partial=allow_partial,
     )
     report["k8s_gate"] = [a.to_dict() for a in actions]
     for a in actions:
@@ -710,8 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument(
         "--allow-partial",
         action="store_true",
-        help="with --verify: accept a partial certificate (a run that proved less than the "
-        "SKU requires, e.g. no pair partner or no probes)",
+        help="accept a partial certificate (its run proved less than the SKU requires, e.g. "
+        "no pair partner or no probes) in --verify and in the --kubeconfig join gate",
     )
     cert.add_argument("--gen-key", metavar="PATH", help="create a signing key pair and exit")
     cert.add_argument(

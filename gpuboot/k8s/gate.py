@@ -133,6 +133,7 @@ def apply_gate(
     dry_run: bool = False,
     allow_warn: bool = False,
     now: datetime | None = None,
+    allow_partial: bool = False,
 ) -> list[GateAction]:
     """Gate every node of a certify report; one action per node, in report order.
 
@@ -140,7 +141,8 @@ def apply_gate(
     certified/stack/cert labels set, uncordoned if gpuboot had cordoned it. FAIL/ERROR:
     taint kept or added, ``certified=false`` and the failed rule ids, cordoned if it was
     schedulable. ``dry_run`` sends the same PATCHes with ``dryRun=All``: validated by
-    the API server (conflicts included), stored by nobody.
+    the API server (conflicts included), stored by nobody. A partial certificate (its run
+    proved less than the SKU requires) lifts no taint unless ``allow_partial``.
     """
     api = connect(kubeconfig, context)
     at = now or datetime.now(UTC)
@@ -148,7 +150,7 @@ def apply_gate(
     actions = []
     for node in report.get("nodes") or []:
         host = str(node.get("host"))
-        target = decide(report, node, allow_warn=allow_warn, now=at)
+        target = decide(report, node, allow_warn=allow_warn, now=at, allow_partial=allow_partial)
         name = names.get(host, host)
         action = GateAction(
             node=name,

@@ -132,6 +132,29 @@ def test_join_gate_accepts_a_full_certificate(tmp_path, key):
     assert target.certified and target.error is None
 
 
+def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, key):
+    pytest.importorskip("kubernetes")
+    from gpuboot.k8s import apply_gate
+    from unit.k8s.fake_apiserver import FakeApiServer
+    from unit.k8s.fake_apiserver import node as api_node
+
+    taint = {"key": "gpuboot.io/uncertified", "value": "true", "effect": "NoSchedule"}
+    node = single_node_run()
+    report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
+    server = FakeApiServer().start()
+    try:
+        server.add(api_node("gpu-a01", taints=[dict(taint)]))
+        kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        (refused,) = apply_gate(report, kubeconfig=kubeconfig, now=NOW)
+        assert "partial" in (refused.error or "")
+        assert taint in server.nodes["gpu-a01"]["spec"]["taints"]
+        (allowed,) = apply_gate(report, kubeconfig=kubeconfig, now=NOW, allow_partial=True)
+        assert allowed.error is None
+        assert taint not in server.nodes["gpu-a01"]["spec"]["taints"]
+    finally:
+        server.stop()
+
+
 def test_verify_refuses_the_certificate_of_another_host(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"])
     cert = certificate.issue(node_report(), bundle, key, now=NOW)
