@@ -222,16 +222,17 @@ def _profile_name(meta: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _sku(host_dir: Path, name: str | None) -> dict[str, Any] | None:
-    """The host's profile as evaluate resolves it (a file of the host directory or a
-    shipped profile); None when it cannot be had."""
+def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, Any] | None:
+    """The host's profile as evaluate resolves it: a file of the host directory the run's
+    manifest lists (``listed``, already checked against its hash: a profile slipped in
+    later must not lower the requirements) or a shipped profile; None when it cannot be had."""
     from gpuboot.certify import _bundle_profile  # certify imports pytest: only when issuing
 
-    local = host_dir / name if name and "/" not in name else None
-    files = {name: local.read_bytes()} if name and local and local.is_file() else {}
+    own = name is not None and f"{host_dir.name}/{name}" in listed
+    files = {name: (host_dir / name).read_bytes()} if own and name else {}
     try:
         return _bundle_profile(host_dir.name, {"profile": name}, files)
-    except GpubootError:
+    except (GpubootError, OSError):
         return None
 
 
@@ -312,7 +313,7 @@ def issue(
     evidence = _evidence(bundle, host)  # first: refuses a missing or changed bundle
     meta = _meta(bundle / host)
     profile = _profile_name(meta)
-    required = required_checks(_sku(bundle / host, profile))
+    required = required_checks(_sku(bundle / host, profile, evidence["host_files"]))
     findings = sorted(node_report.get("findings", []), key=lambda f: str(f.get("rule")))
     level = meta.get("probes")
     extent, missing = scope(findings, level, required)

@@ -223,7 +223,8 @@ def test_cli_verify_names_its_host_and_refuses_a_mismatch(tmp_path, key):
 
 
 def test_cli_refuses_a_validity_over_the_maximum_before_any_host(tmp_path):
-    inventory = tmp_path / "missing-inventory.yml"  # never read: the flag is refused first
+    inventory = tmp_path / "site.yml"  # a host no test can reach: the flag is refused first
+    inventory.write_text("all:\n  hosts:\n    node1:\n      ansible_host: 192.0.2.1\n")
     proc = gpuboot("certify", "-i", str(inventory), "--cert-validity-days", "400")
     assert proc.returncode == 2
     assert "--cert-validity-days" in proc.stderr and "365" in proc.stderr
