@@ -34,7 +34,7 @@ from gpuboot.collect import (
     read_host_files,
 )
 from gpuboot.errors import BadInput, GpubootError, RunError
-from gpuboot.inventory import load_inventory
+from gpuboot.inventory import load_inventory, select_hosts
 from gpuboot.profiles import list_profiles, load_profile
 from gpuboot.profiles import validate as validate_profile
 from gpuboot.runner import failure_reason, last_line
@@ -163,6 +163,7 @@ def certify(
         )
 
     inv = load_inventory(inventory)  # profiles, pins and stacks checked before any SSH
+    hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     run_id, run_dir = new_run_dir("certify")
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
@@ -170,8 +171,10 @@ def certify(
     paths.put_venv_on_path()  # testinfra runs ansible-inventory by name
     args = [
         str(CHECKS),
-        f"--hosts=ansible://{limit or 'all'}",
-        f"--ansible-inventory={inv.path.resolve()}",
+        # One exact host per spec: testinfra splits --hosts at commas and matches each
+        # with fnmatch, so a pattern handed over as it came would mean something else.
+        "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
+        f"--ansible-inventory={inv.path}",
         f"--gpuboot-bundle={bundle}",
         *([f"--gpuboot-probes={probes}"] if probes else []),
         "-p",
@@ -181,7 +184,7 @@ def certify(
         "/dev/null",
         "-q",
     ]
-    progress(f"certify: collecting evidence and checking {len(inv.hosts)} host(s)")
+    progress(f"certify: collecting evidence and checking {len(hosts)} host(s)")
     started = time.monotonic()
     _forget_testinfra_hosts()
     with open(run_dir / "pytest.log", "w") as log, contextlib.redirect_stdout(log):
@@ -192,7 +195,7 @@ def certify(
         raise RunError(
             f"the check run broke (pytest exit {rc})",
             where=str(run_dir / "pytest.log"),
-            hint="read the log; an empty --limit match also ends here",
+            hint="read the log",
         )
     reports = [_node_report(h, list(f.values())) for h, f in sorted(collector.findings.items())]
     _manifest(bundle, run_id, reports)

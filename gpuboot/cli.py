@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -343,6 +344,10 @@ def cmd_certify(args) -> Outcome:
             hint="see `gpuboot certify --help`",
         )
     certificate.check_validity_days(args.cert_validity_days)  # before any host is touched
+    if args.sign_key:  # a key that cannot sign is found now, not after every node's probes
+        certificate.load_private_key(args.sign_key)
+    if args.calibrate:
+        _check_output_file(args.calibrate, "--calibrate")
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         _check_kubeconfig(args)
     from gpuboot.locks import hold_inventory
@@ -519,6 +524,8 @@ def _gate(
 def cmd_scan(args) -> Outcome:
     from gpuboot.locks import hold_inventory
 
+    if args.textfile_dir:  # written after every node was probed: checked before any
+        _check_output_dir(args.textfile_dir, "--textfile-dir")
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         _check_kubeconfig(args)
     with hold_inventory(args.inventory, args.limit, "scan"):
@@ -581,6 +588,14 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(message, where=self.prog, hint=f"see `{self.prog} --help`")
 
 
+def _inventory_arg(value: str) -> str:
+    """-i resolved once, here: every verb, the gate and the messages use the absolute path
+    (ansible-runner and testinfra run in other directories)."""
+    from gpuboot.inventory import inventory_path
+
+    return str(inventory_path(value))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -632,7 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     rb.set_defaults(func=cmd_lab_reboot)
 
     run_opts = argparse.ArgumentParser(add_help=False)
-    run_opts.add_argument("-i", "--inventory", required=True)
+    run_opts.add_argument("-i", "--inventory", required=True, type=_inventory_arg)
     run_opts.add_argument("--limit", help="Ansible host pattern")
 
     inst = verbs.add_parser(
@@ -688,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     cert = verbs.add_parser(
         "certify", parents=[common], help="check each node against its profile; collect evidence"
     )
-    cert.add_argument("-i", "--inventory")
+    cert.add_argument("-i", "--inventory", type=_inventory_arg)
     cert.add_argument("--limit", help="Ansible host pattern")
     cert.add_argument(
         "--probes",
@@ -740,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="scheduled compliance scan: drift since the last scan; failing nodes taken out",
     )
-    sc.add_argument("-i", "--inventory", required=True)
+    sc.add_argument("-i", "--inventory", required=True, type=_inventory_arg)
     sc.add_argument("--limit", help="Ansible host pattern")
     sc.add_argument(
         "--probes",

@@ -15,11 +15,51 @@ import yaml
 
 from gpuboot import locks, paths
 from gpuboot.errors import BadInput
-from gpuboot.inventory import Inventory, load_inventory, match_hosts
+from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
 from gpuboot.runner import HostResult, RunSpec, broken_hosts, hosts_doc, new_run_dir, run
 
 PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
+# Tags Ansible itself gives meaning to, whatever the playbook says.
+SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
+
+
+def known_tags() -> set[str]:
+    """Every tag the shipped playbooks and roles use (what --tags may name)."""
+    found = set(SPECIAL_TAGS)
+    for base in (PLAYBOOK.parent, paths.PROJECT_DIR / "roles"):
+        for path in sorted(base.rglob("*.y*ml")):
+            # compose, not load: Ansible's own tags (!unsafe, !vault) need no constructor
+            stack = [yaml.compose(path.read_text(), Loader=yaml.CSafeLoader)]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, yaml.MappingNode):
+                    for key, value in node.value:
+                        if key.value == "tags":
+                            found.update(_tag_names(value))
+                        stack.append(value)
+                elif isinstance(node, yaml.SequenceNode):
+                    stack.extend(node.value)
+    return found
+
+
+def _tag_names(node: yaml.Node) -> list[str]:
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    return [
+        t.strip() for i in items if isinstance(i, yaml.ScalarNode) for t in str(i.value).split(",")
+    ]
+
+
+def check_tags(tags: tuple[str, ...]) -> None:
+    """--tags naming no task would run nothing and report every host "ok": refused."""
+    known = known_tags()
+    for tag in (t.strip() for arg in tags for t in arg.split(",")):
+        if tag not in known:
+            raise BadInput(
+                f"--tags {tag!r} names no tag of the install playbook or its roles",
+                where="--tags",
+                hint="known tags: " + ", ".join(sorted(known)),
+            )
 
 
 def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
@@ -159,18 +199,17 @@ def install(
     hosts' machine locks (gpuboot.locks) throughout: a second run on them is refused.
     Ctrl-C ends the play; rollout.json keeps what finished and --resume does the rest.
     """
+    check_tags(tags)
+    if forks < 1:
+        raise BadInput(
+            f"--forks {forks} must be at least 1", where="--forks", hint="e.g. --forks 10"
+        )
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
     if drain is not None:
         from gpuboot.k8s.gate import connect
 
         connect(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
-    hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
-    if not hosts:
-        raise BadInput(
-            f"--limit {limit!r} matches no host of the inventory",
-            where=str(inv.path),
-            hint="use a host or group name the inventory defines",
-        )
+    hosts = select_hosts(inv, limit)
     resumed_from = None
     if resume:
         resumed_from, redo = resume_hosts(inv.path, resume, warn=warn)

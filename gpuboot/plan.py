@@ -13,7 +13,7 @@ from typing import Any
 from gpuboot import paths
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
-from gpuboot.inventory import load_inventory
+from gpuboot.inventory import load_inventory, select_hosts
 from gpuboot.runner import failure_reason, last_line
 
 
@@ -49,9 +49,10 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
     from gpuboot.stacks import compare, load_stack
 
     inv = load_inventory(inventory)
+    selected = select_hosts(inv, limit)  # Ansible's reading of --limit, not testinfra's
     paths.put_venv_on_path()  # testinfra reads the inventory with ansible-inventory
     hosts = testinfra.get_hosts(
-        [f"ansible://{limit or 'all'}"], ansible_inventory=str(inv.path.resolve())
+        [f"ansible://{h}" for h in selected], ansible_inventory=str(inv.path)
     )
 
     def one(host) -> dict[str, Any]:
