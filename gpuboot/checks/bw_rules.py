@@ -24,6 +24,7 @@ from gpuboot.checks.base import (
     probes_matching,
     tool_failure,
 )
+from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.checks.thresholds import band, measurement
 from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
@@ -87,6 +88,7 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
             return mig
         _precondition(evidence)
         samples, worst = [], ""
+        gpus = gpu_inventory(evidence)
         for name, out in probes_matching(evidence, "nvbandwidth*.json").items():
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
@@ -101,6 +103,9 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
             vals = [c for c in cells if c[2] is not None]
             if not vals:
                 raise ProbeFailed(f"{test}: empty matrix", where=name)
+            width = max(len(row) for row in case.matrix)  # a column per GPU measured
+            if gpus is not None and width < gpus:
+                raise incomplete(f"{test} measured {width} of the node's {gpus} GPUs", name)
             i, j, low = min(vals, key=lambda c: c[2])
             samples.append(low)
             worst = f"slowest {'GPU ' + str(j) if len(case.matrix) == 1 else f'pair {i}->{j}'}"

@@ -11,6 +11,7 @@ exceptions, where a corruption is not an ERROR, are listed in EXCEPTIONS with th
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import time
 from pathlib import Path
@@ -352,3 +353,16 @@ def test_ecn_listing_short_of_a_switch_is_error_not_ecn_off(healthy):
     kept = [ln for ln in ev[name].stdout.splitlines(keepends=True) if "roce_rp/enable/3" not in ln]
     found = _judge({**ev, name: ProbeOutput("".join(kept), "", 0)}, ctx, "NIC-003")["NIC-003"]
     assert found.status == "ERROR" and "15 of the port's 16" in found.reason, found.reason
+
+
+def test_nvbandwidth_over_fewer_gpus_than_the_node_has_is_error(healthy):
+    """A matrix with a column per GPU measured: 4 columns on an 8-GPU node judge half of it."""
+    ev, ctx = healthy
+    name = next(iter(probes_matching(ev, "nvbandwidth_*host_to_device*")))
+    doc = json.loads(ev[name].stdout)
+    for case in doc["nvbandwidth"]["testcases"]:
+        case["bandwidth_matrix"] = [row[:4] for row in case["bandwidth_matrix"]]
+    cut = ProbeOutput(json.dumps(doc), "", 0)
+    found = _judge({**ev, name: cut}, ctx, "BW-001")["BW-001"]
+    assert found.status == "ERROR", found.reason
+    assert "host_to_device_memcpy_ce measured 4 of the node's 8 GPUs" in found.reason
