@@ -205,7 +205,7 @@ def failed_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
             out = evidence.get(pattern)
             outs = {pattern: out} if out is not None else {}
         for name, out in outs.items():
-            if out.rc == 0 and isinstance(out.rc, int):
+            if type(out.rc) is int and out.rc == 0:  # not False, not "0"
                 continue
             why = tool_failure(name, out)
             if why and not any(

@@ -291,7 +291,7 @@ def test_a_gpu_nvidia_smi_lost_stays_gpu_001_fail_naming_it(healthy):
     assert found.reason == "7 of 8 GPUs visible; GPU 0000:5D:00.0 lost: Unknown Error"
 
 
-@pytest.mark.parametrize("rc", [None, "x", 255])
+@pytest.mark.parametrize("rc", [None, "x", "0", False, 255])
 def test_an_exit_code_missing_or_garbage_is_error(healthy, rc):
     ev, ctx = healthy
     found = _judge({**ev, "lsmod.txt": ProbeOutput(ev["lsmod.txt"].stdout, "", rc)}, ctx)
