@@ -118,6 +118,9 @@ CORRUPTIONS = {
     "rc1": lambda o: ProbeOutput(o.stdout, "error: something failed\n", 1),
 }
 
+# what the ERROR says for a probe that did not complete: its own failure, not a parse error
+REASONS = {"timeout": "timed out", "rc1": "exit 1: error: something failed"}
+
 # (file pattern, corruption[, rule]) -> (status, why it is not ERROR), for every rule (or the
 # one named) reading that file
 EXCEPTIONS = {
@@ -182,7 +185,8 @@ def test_unreadable_evidence_is_error_never_pass_or_fail(healthy, rule_id, corru
         bad = {**ev, name: CORRUPTIONS[corruption](ev[name])}
         got = _judge(bad, ctx, rule_id)[rule_id]
         want, _why = _expected(rule_id, name, corruption)
-        if got.status != want:
+        said = REASONS.get(corruption, "") if want == "ERROR" else ""
+        if got.status != want or said not in got.reason:
             wrong[name] = (got.status, got.reason)
     assert wrong == {}
 
