@@ -91,7 +91,7 @@ def assert_refused(code, err, guard, tmp_path, *expect):
 @pytest.mark.parametrize("pattern", ["node1,node3", "node1:node3", "gpu:!node2"])
 def test_checks_run_on_exactly_the_hosts_ansible_selects(verb, pattern, fleet, guard, capsys):
     gpuboot(capsys, verb, "-i", fleet, "--limit", pattern)
-    (what, args, _), *_ = guard
+    (_, args, _), *_ = guard
     hosts = next(a for a in args[0] if a.startswith("--hosts="))
     # testinfra splits --hosts at commas and fnmatches each part against the inventory
     assert hosts.removeprefix("--hosts=").split(",") == ["ansible://node1", "ansible://node3"]

@@ -140,7 +140,11 @@ def _limited(seconds: int, megabytes: int):
 
 @pytest.mark.parametrize(
     ("bomb", "expect"),
-    [("billion-laughs.yml", "aliases"), ("recursive-alias.yml", "refers to itself")],
+    [
+        ("billion-laughs.yml", "aliases"),
+        ("recursive-alias.yml", "refers to itself"),
+        ("deep-nesting.yml", "nests deeper than"),
+    ],
 )
 def test_yaml_alias_bombs_are_refused_in_bounded_time_and_memory(tmp_path, bomb, expect):
     env = {**os.environ, "GPUBOOT_RUNS": str(tmp_path / "runs")}
@@ -168,9 +172,9 @@ def test_usual_connection_settings_are_accepted(tmp_path):
         "    ansible_become: true\n"
         "    ansible_become_password: not-on-any-command-line\n"
         "    ansible_ssh_private_key_file: ~/.ssh/gpu fleet key\n"
-        '    ansible_ssh_common_args: >-\n'
+        "    ansible_ssh_common_args: >-\n"
         "      -o UserKnownHostsFile=/srv/lab/known_hosts -o StrictHostKeyChecking=yes\n"
-        "      -o ProxyCommand=\"ssh -W %h:%p -q jump.example.internal\"\n"
+        '      -o ProxyCommand="ssh -W %h:%p -q jump.example.internal"\n'
         "  hosts:\n"
         "    gpu-h100-001.dc1: {ansible_host: 10.0.0.5, ansible_port: '2222'}\n"
         "    gpu_h100_002: {ansible_host: 'fd00::12', ansible_port: 22}\n"
@@ -208,3 +212,48 @@ def test_a_host_named_like_a_group_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match="also a group name"):
         load_inventory(site)
+
+
+@pytest.mark.parametrize("where", ["inventory", "group_vars"])
+def test_a_fifo_is_refused_not_read_forever(tmp_path, where):
+    site = write_site(tmp_path / "site")
+    fifo = site if where == "inventory" else site.parent / "group_vars" / "gpu.yml"
+    if where == "inventory":
+        site.unlink()
+    os.mkfifo(fifo)
+    env = {**os.environ, "GPUBOOT_RUNS": str(tmp_path / "runs")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", "plan", "-i", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "not a regular file" in proc.stderr and str(fifo) in proc.stderr
+
+
+def test_an_oversized_file_is_refused_unread(tmp_path):
+    site = write_site(tmp_path / "site")
+    with open(site.parent / "group_vars" / "all.yml", "a") as fh:
+        fh.write("# padding\n" * (1 << 20))  # 10 MiB of comments
+    with pytest.raises(ConfigError, match="larger than 8 MiB"):
+        load_inventory(site)
+
+
+def test_a_directory_link_loop_is_walked_once(tmp_path):
+    site = write_site(tmp_path / "inv")
+    (site.parent / "loop").symlink_to(site.parent)
+    (site.parent / "group_vars" / "gpu").mkdir()
+    (site.parent / "group_vars" / "gpu" / "again").symlink_to(site.parent / "group_vars")
+    assert sorted(load_inventory(site.parent).hosts) == ["node1", "node2"]
+
+
+def test_ansible_yaml_tags_are_read_not_refused(tmp_path):
+    """!unsafe marks a value Ansible must not template: valid YAML for Ansible."""
+    site = write_site(tmp_path / "site", "{motd: !unsafe '{{ not a template }}'}")
+    (site.parent / "host_vars").mkdir()
+    (site.parent / "host_vars" / "node1.yml").write_text("banner: !unsafe '{{ nor this }}'\n")
+    hosts = load_inventory(site).hosts
+    assert str(hosts["node2"]["motd"]) == "{{ not a template }}"
+    assert str(hosts["node1"]["banner"]) == "{{ nor this }}"
