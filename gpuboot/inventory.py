@@ -380,11 +380,7 @@ def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
         hosts = {}
         for host in manager.get_hosts():
             hv = variables.get_vars(host=host, include_hostvars=False)
-            hosts[str(host.name)] = {
-                k: v
-                for k, v in hv.items()
-                if not k.startswith(("ansible_play", "groups", "omit", "playbook_dir"))
-            }
+            hosts[str(host.name)] = _variables(path, str(host.name), hv)
     except AnsibleError as exc:  # what the checks above cannot foresee
         raise ConfigError(
             f"Ansible cannot read the inventory: {exc.message}",
@@ -392,6 +388,23 @@ def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
             hint="fix the inventory; see inventory/sample.yml",
         ) from exc
     return hosts, {str(g) for g in manager.groups}
+
+
+def _variables(path: Path, host: str, hv: dict[Any, Any]) -> dict[str, Any]:
+    """A host's variables without Ansible's play-time ones; a name that is not a string
+    (``1: x``) is refused: Ansible only warns, and nothing can refer to it."""
+    for k in hv:
+        if not isinstance(k, str):
+            raise ConfigError(
+                f"variable name {k!r} is not a string",
+                where=f"{path}: {host}.{k!r}",
+                hint="name variables with letters, digits and '_', starting with a letter",
+            )
+    return {
+        k: v
+        for k, v in hv.items()
+        if not k.startswith(("ansible_play", "groups", "omit", "playbook_dir"))
+    }
 
 
 def match_hosts(path: Path, pattern: str) -> list[str]:
@@ -527,7 +540,10 @@ def _check_driver_pins(path: Path, host: str, hostvars: dict[str, Any]) -> None:
 
     r = _Reader(str(path))
     key = {v: f"{host}.{v}" for v in (*PIN_VARS, "nvidia_driver_flavor")}
-    branch = r.string(hostvars[PIN_VARS[0]], key[PIN_VARS[0]], _BRANCH_RE, "550")
+    branch = hostvars[PIN_VARS[0]]
+    if isinstance(branch, int) and not isinstance(branch, bool):
+        branch = str(branch)  # an INI inventory's `nvidia_driver_branch=550` is a number
+    branch = r.string(branch, key[PIN_VARS[0]], _BRANCH_RE, "550")
     version = r.string(
         hostvars[PIN_VARS[1]], key[PIN_VARS[1]], PACKAGE_VERSION_RE["debian"], "550.54.15-1"
     )
