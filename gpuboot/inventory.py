@@ -38,6 +38,7 @@ NODE_OS_FAMILIES = ("debian",)
 MAX_FILE_BYTES = 8 << 20
 MAX_YAML_VALUES = 2_000_000  # scalars and collections, once every alias is expanded
 MAX_YAML_DEPTH = 200  # libyaml's composer recurses in C: far deeper nesting crashes it
+MAX_FILES = 10_000  # in an inventory directory, or under one *_vars/ directory
 VARS_DIRS = ("group_vars", "host_vars")
 VARS_EXTS = ("", ".yml", ".yaml", ".json")  # what Ansible's host_group_vars reads
 YAML_FIX = "fix the YAML; inventory/sample.yml shows the expected layout"
@@ -128,15 +129,27 @@ def load_inventory(path: str | Path) -> Inventory:
 def _check_files(path: Path) -> None:
     """Every inventory source and group_vars/host_vars file Ansible would read."""
     if path.is_dir():
-        for source in _inventory_files(path, set()):
+        for source in _counted(_inventory_files(path, set()), path):
             _check_source(source, top=False)
     else:
         _check_source(path, top=True)
     base = path if path.is_dir() else path.parent  # where Ansible looks for *_vars/
     for sub in VARS_DIRS:
         if (base / sub).is_dir():
-            for file in _vars_files(base / sub, set(), top=True):
+            for file in _counted(_vars_files(base / sub, set(), top=True), base / sub):
                 _check_vars_file(file)
+
+
+def _counted(files, root: Path):
+    """At most MAX_FILES of them: a link to / in group_vars/ must not walk the disk."""
+    for count, file in enumerate(files, start=1):
+        if count > MAX_FILES:
+            raise ConfigError(
+                f"holds more than {MAX_FILES} files",
+                where=str(root),
+                hint="remove what Ansible should not read (a link to a large directory?)",
+            )
+        yield file
 
 
 def _inventory_files(directory: Path, seen: set[Path]):
@@ -233,9 +246,10 @@ def _regular_file(file: Path) -> os.stat_result:
             where=str(file),
             hint="fix the path or its permissions",
         ) from exc
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) or file.resolve().parts[1:2] in (("proc",), ("sys",)):
         raise ConfigError(
-            "is not a regular file (a FIFO or device would hang the read)",
+            "is not a regular file (a FIFO, a device or a /proc or /sys file would hang "
+            "the read or never end)",
             where=str(file),
             hint="inventories and their *_vars/ hold regular files only",
         )

@@ -272,3 +272,29 @@ def test_an_ini_inventory_with_a_bare_branch_number_loads(tmp_path):
         "nvidia_driver_branch=550\nnvidia_driver_version=550.54.15-1\n"
     )
     assert load_inventory(site).hosts["node1"]["nvidia_driver_branch"] == 550
+
+
+def test_a_vars_link_into_proc_is_refused(tmp_path):
+    site = write_site(tmp_path / "site")
+    (site.parent / "host_vars").mkdir()
+    (site.parent / "host_vars" / "node1.yml").symlink_to("/proc/self/environ")
+    with pytest.raises(ConfigError, match="not a regular file") as err:
+        load_inventory(site)
+    assert err.value.where.endswith("host_vars/node1.yml")
+
+
+def test_a_vars_link_to_the_root_is_not_walked(tmp_path):
+    site = write_site(tmp_path / "site")
+    (site.parent / "host_vars").mkdir()
+    (site.parent / "host_vars" / "node1").symlink_to("/")
+    env = {**os.environ, "GPUBOOT_RUNS": str(tmp_path / "runs")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", "plan", "-i", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        preexec_fn=_limited(30, 1024),
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "host_vars/node1/" in proc.stderr
