@@ -225,7 +225,7 @@ def install(
     held = (
         contextlib.nullcontext()
         if check
-        else locks.hold({h: locks.machine(h, inv.hosts[h]) for h in hosts}, "install")
+        else locks.hold({h: locks.machine(h, inv.hosts.get(h, {})) for h in hosts}, "install")
     )
     with held:
         return _roll_out(
