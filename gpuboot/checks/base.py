@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError
+from gpuboot.evidence._common import has_elision
 
 PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
 # A check that did not run (the SKU lacks the part, the probe level or the run left it out):
@@ -95,6 +96,8 @@ class Rule:
         # be partial: the rule is ERROR, whatever that output says. Checked around the
         # check so a rule that does not apply (no such part, not asked for) still says so.
         failed = failed_probe(evidence, self.evidence)
+        if not failed and not ctx.meta.get("excerpt"):
+            failed = elided_probe(evidence, self.evidence)
         try:
             out = self.check(evidence, ctx)
         except GpubootError:
@@ -195,21 +198,34 @@ ANSWER_EXITS: tuple[tuple[str, Callable[[ProbeOutput], bool]], ...] = (
 )
 
 
+def _declared(evidence: Evidence, patterns: tuple[str, ...]) -> Iterator[tuple[str, ProbeOutput]]:
+    """The probe files a rule declares it reads, as (name, output)."""
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            yield from probes_matching(evidence, pattern).items()
+        elif (out := evidence.get(pattern)) is not None:
+            yield pattern, out
+
+
+def elided_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
+    """A declared probe file holding an author's elision ("[...]"): no tool prints one, so
+    on a node it is an answer trying to pass as an excerpt (whose parsers treat what is
+    left out as unknown, not bad). Only a bundle marked as an excerpt may carry it."""
+    for name, out in _declared(evidence, patterns):
+        if has_elision(out.stdout):
+            return f"{name}: holds an elision line '[...]' that no tool prints (not an excerpt)"
+    return None
+
+
 def failed_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
     """Why one of the probe files matching ``patterns`` did not run to completion (timeout,
     non-zero exit, exit code not recorded), unless that exit is the tool's answer."""
-    for pattern in patterns:
-        if any(c in pattern for c in "*?["):
-            outs = probes_matching(evidence, pattern)
-        else:
-            out = evidence.get(pattern)
-            outs = {pattern: out} if out is not None else {}
-        for name, out in outs.items():
-            if type(out.rc) is int and out.rc == 0:  # not False, not "0"
-                continue
-            why = tool_failure(name, out)
-            if why and not any(
-                fnmatch.fnmatchcase(name, p) and answer(out) for p, answer in ANSWER_EXITS
-            ):
-                return why
+    for name, out in _declared(evidence, patterns):
+        if type(out.rc) is int and out.rc == 0:  # not False, not "0"
+            continue
+        why = tool_failure(name, out)
+        if why and not any(
+            fnmatch.fnmatchcase(name, p) and answer(out) for p, answer in ANSWER_EXITS
+        ):
+            return why
     return None

@@ -18,6 +18,17 @@ _NA_WORDS = {
     "insufficient permissions",
 }
 
+# An author's elision line in a published excerpt ("[...]"). No tool prints one: only a
+# bundle marked as an excerpt (meta.json "excerpt": true) may carry it (checks/base.py).
+ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
+_ELISION_LINE = re.compile(r"^[ \t]*\[\s*(?:\.\.\.|…)\s*\][ \t]*$", re.M)
+
+
+def has_elision(text: str) -> bool:
+    """True when ``text`` holds an elision line (cheap unless it holds "..." or "…")."""
+    return ("..." in text or "…" in text) and bool(_ELISION_LINE.search(text))
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 

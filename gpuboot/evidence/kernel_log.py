@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
-from gpuboot.evidence._common import require_text
+from gpuboot.evidence._common import ELISION, require_text
 from gpuboot.evidence.xid_catalog import NVLINK5_CODES, RECOVERY_BUCKET, XidInfo, xid_info
 
 TOOL = "dmesg"
@@ -57,7 +57,6 @@ _LIMIT = re.compile(
     r"(?:pci\s+)?(\S+): ([\d.]+) Gb/s available PCIe bandwidth, limited by ([\d.]+) GT/s PCIe "
     r"x(\d+) link at (\S+) \(capable of ([\d.]+) Gb/s with ([\d.]+) GT/s PCIe x(\d+) link\)"
 )
-_ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
 _CAUSED_BY = re.compile(r"\s*\bcaused by previous Xid (\d+)\s*$")
 _NVLINK5_SEVERITY = re.compile(r"^\S+\s+(Fatal|Non-?fatal)\b", re.I)
 _RECOVERY = re.compile(
@@ -198,7 +197,7 @@ def parse_kernel_log(text: str) -> KernelLog:
     for raw in text.splitlines():
         if not raw.strip():
             continue
-        if _ELISION.match(raw.strip()):
+        if ELISION.match(raw.strip()):
             elided = True
             continue
         style, ts, msg = _split(raw)

@@ -15,7 +15,15 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from gpuboot.errors import ParseError
-from gpuboot.evidence._common import clean, require_text, snake, to_bool, to_float, to_int
+from gpuboot.evidence._common import (
+    ELISION,
+    clean,
+    require_text,
+    snake,
+    to_bool,
+    to_float,
+    to_int,
+)
 
 TOOL = "nvidia-smi -q"
 TOOL_X = "nvidia-smi -q -x"
@@ -137,7 +145,6 @@ class _Node:
 
 _KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*?))?\s*$")
 _GPU_HDR = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
 
 
 def _tree(text: str) -> tuple[_Node, list[_Node], set[int], bool]:
@@ -152,7 +159,7 @@ def _tree(text: str) -> tuple[_Node, list[_Node], set[int], bool]:
         if not stripped or stripped.startswith("====="):
             continue
         indent = len(line) - len(line.lstrip())
-        if _ELISION.match(stripped):
+        if ELISION.match(stripped):
             if gpus:
                 elided_gpus.add(len(gpus) - 1)
             else:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpuboot.errors import ParseError
-from gpuboot.evidence._common import require_text, snake
+from gpuboot.evidence._common import ELISION, require_text, snake
 
 TOOL_S = "nvidia-smi nvlink -s"
 TOOL_E = "nvidia-smi nvlink -e"
@@ -26,7 +26,6 @@ _LOST = re.compile(
     r"^Unable to determine the device handle for GPU\s*"
     r"([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])"
 )
-_ELISION = re.compile(r"^\[\s*(?:\.\.\.|…)\s*\]$")
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def _split_gpus(
             lost.append(lost_gpu.group(1))
         elif m:
             blocks.append((m, []))
-        elif _ELISION.match(line):
+        elif ELISION.match(line):
             elided = True
         elif blocks:
             blocks[-1][1].append(line)
