@@ -59,6 +59,9 @@ USER_VARS = ("ansible_user", "ansible_ssh_user", "ansible_become_user")
 SSH_ARG_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
 # testinfra hands the connection password to `sshpass -p`, readable in `ps` by anyone.
 PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+# A GPU node is reached over SSH: `local` (or a container or chroot plugin) would run the
+# probes and the roles on the controller itself and certify the controller as the node.
+SSH_CONNECTIONS = ("ssh", "smart", "paramiko", "paramiko_ssh")
 PASSWORD_FIX = (
     "use SSH keys (ansible_ssh_private_key_file, or keys loaded in ssh-agent) and remove "
     "the password: gpuboot's checks would pass it to `sshpass -p`, visible in `ps`"
@@ -481,6 +484,15 @@ def _check_connection(path: Path, host: str, hostvars: dict[str, Any]) -> None:
     def bad(var: str, message: str, hint: str) -> ConfigError:
         return ConfigError(message, where=f"{path}: {host}.{var}", hint=hint)
 
+    connection = str(hostvars.get("ansible_connection", "ssh")).removeprefix("ansible.builtin.")
+    if connection not in SSH_CONNECTIONS:
+        raise bad(
+            "ansible_connection",
+            f"ansible_connection {hostvars['ansible_connection']!r} does not reach a node over "
+            "SSH: the probes and roles would run on the controller (or elsewhere) and certify it "
+            "as this node",
+            f"use one of {', '.join(SSH_CONNECTIONS)} (or leave ansible_connection unset)",
+        )
     for var in PASSWORD_VARS:
         if hostvars.get(var) not in (None, ""):
             raise bad(
