@@ -174,7 +174,8 @@ class _Reader:
                 f"quote it (YAML reads bare numbers as numbers), e.g. {key.split('.')[-1]}: "
                 f'"{example}"',
             )
-        if pattern is not None and not pattern.match(value):
+        # fullmatch: a pattern's `$` would let one trailing line break through
+        if pattern is not None and not pattern.fullmatch(value):
             raise self.error(key, f"malformed value {value!r}", f"write it like {example!r}")
         return value
 

@@ -150,6 +150,8 @@ def test_missing_os_family(variant: Callable[..., Path]) -> None:
         ("driver.version", "550.54.x", "driver.version"),
         ("cuda.version", "twelve", "cuda.version"),
         ("kernel.debian.release", "5.15.0", "kernel.debian.release"),
+        ("driver.version", "550.54.15-1\n", "driver.version"),  # `$` allows one line break
+        ("cuda.version", "12.4\n", "cuda.version"),
         (
             "nvidia_fs.debian.depends",
             ["nvidia-fs-dkms", "nvidia-gds-12-4=12.4.1 1"],
