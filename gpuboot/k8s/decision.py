@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from gpuboot.errors import GpubootError
 from gpuboot.k8s import labels as L
 from gpuboot.report.certificate import partial
 
@@ -67,10 +68,13 @@ def stack_of(report: dict[str, Any], node: dict[str, Any], cert: CertInfo | None
         return str(node["stack"])
     pins: Any = {}
     if report.get("bundle"):
-        meta_path = Path(str(report["bundle"])) / str(node.get("host")) / "meta.json"
-        try:
-            pins = json.loads(meta_path.read_text()).get("pins") or {}
-        except (OSError, ValueError, AttributeError):
+        from gpuboot.collect import META, is_safe_name, parse_meta, read_file_capped
+
+        host_dir = Path(str(report["bundle"])) / str(node.get("host"))
+        try:  # a regular file within the cap, never a link or a FIFO
+            if is_safe_name(node.get("host")):
+                pins = parse_meta(read_file_capped(host_dir / META), str(host_dir)).get("pins")
+        except GpubootError:
             pins = {}
     for key in ("gpuboot_stack", "nvidia_driver_version"):
         if isinstance(pins, dict) and pins.get(key):

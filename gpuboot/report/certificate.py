@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpuboot import __version__
 from gpuboot.checks.rules import RULES
+from gpuboot.collect import META, is_safe_name, parse_meta, read_file_capped
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.report._util import (
     ERROR,
@@ -189,11 +190,23 @@ def _evidence(bundle: Path, host: str) -> dict[str, Any]:
         raise BadInput(
             f"evidence manifest is malformed ({exc})", where=str(manifest_path), hint=hint
         ) from exc
-    host_files = {k: v for k, v in sorted(listed.items()) if k.startswith(f"{host}/")}
+    if not isinstance(listed, dict) or not is_safe_name(host):
+        raise BadInput("evidence manifest is malformed", where=str(manifest_path), hint=hint)
+    # only plain "<host>/<file>" names: a listed "node1/../../x" must not be read
+    host_files = {
+        k: v
+        for k, v in sorted(listed.items())
+        if k.startswith(f"{host}/") and is_safe_name(k.removeprefix(f"{host}/"))
+    }
     if not (bundle / host).is_dir() or not host_files:
         raise BadInput(f"no evidence for host {host!r} in the bundle", where=str(bundle), hint=hint)
     for name, digest in host_files.items():  # the fingerprint must come from what was hashed
-        data = _read(bundle / name, "evidence file", hint)
+        try:  # a regular file within the cap, never a link or a FIFO
+            data = read_file_capped(bundle / name)
+        except GpubootError as exc:
+            raise BadInput(
+                f"cannot read evidence file: {exc.message}", where=str(bundle / name), hint=hint
+            ) from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise BadInput(
                 "evidence file changed since MANIFEST.json was written",
@@ -210,10 +223,9 @@ def _evidence(bundle: Path, host: str) -> dict[str, Any]:
 
 def _meta(host_dir: Path) -> dict[str, Any]:
     try:
-        meta = json.loads((host_dir / "meta.json").read_text())
-    except (OSError, ValueError):
+        return parse_meta(read_file_capped(host_dir / META), str(host_dir))
+    except GpubootError:
         return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def _profile_name(meta: dict[str, Any]) -> str | None:
@@ -229,7 +241,10 @@ def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, 
     from gpuboot.certify import _bundle_profile  # certify imports pytest: only when issuing
 
     own = name is not None and f"{host_dir.name}/{name}" in listed
-    files = {name: (host_dir / name).read_bytes()} if own and name else {}
+    try:
+        files = {name: read_file_capped(host_dir / name)} if own and name else {}
+    except GpubootError:
+        return None
     try:
         return _bundle_profile(host_dir.name, {"profile": name}, files)
     except (GpubootError, OSError):
