@@ -300,6 +300,21 @@ def _checks_summary(node: dict[str, Any]) -> str:
     return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
 
 
+def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+    """Checks that did not run, once per rule and reason with the nodes they concern: the
+    same skip on 300 nodes is one line, not 300."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for node in nodes:
+        for f in node["findings"]:
+            if f["status"] == "SKIPPED":
+                groups.setdefault((f["rule"], f["title"], f["reason"]), []).append(node["host"])
+    lines = []
+    for (rule, title, reason), hosts in groups.items():
+        on = ", ".join(hosts) if len(hosts) <= named else f"{len(hosts)} nodes"
+        lines.append(f"\n  SKIPPED {rule} {title}: {reason} ({on})")
+    return "".join(lines)
+
+
 def _verdict_text(report: dict[str, Any]) -> str:
     from gpuboot.ui import table
 
@@ -317,9 +332,9 @@ def _verdict_text(report: dict[str, Any]) -> str:
         )
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
-        skipped = [f for f in node["findings"] if f["status"] == "SKIPPED"]
-        for f in _not_passed(node)[1:] + skipped:
+        for f in _not_passed(node)[1:]:
             text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
+    text += _skipped_text(report["nodes"])
     if report.get("bundle"):
         text += f"\nevidence bundle: {report['bundle']}"
     return text

@@ -112,3 +112,14 @@ def test_calibration_counts_a_skipped_state_check_as_healthy():
         for h, v in (("a", 50.0), ("b", 51.0), ("c", 52.0))
     ]
     assert calibrate({"nodes": nodes}, min_nodes=3)["healthy_nodes"] == ["a", "b", "c"]
+
+
+def test_the_same_skip_on_many_nodes_is_one_line():
+    from gpuboot.cli import _verdict_text
+
+    node = _report([_finding("GPU-001"), _finding("BW-001", "SKIPPED", SKIP_REASON)])["nodes"][0]
+    nodes = [{**node, "host": f"node{i}"} for i in range(300)]
+    text = _verdict_text({"nodes": nodes})
+    assert text.count("SKIPPED BW-001") == 1
+    assert "(300 nodes)" in text
+    assert len(text.splitlines()) < 310  # header, one row per node, the grouped skip
