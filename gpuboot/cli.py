@@ -26,7 +26,9 @@ class Outcome:
 
 
 def _err(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
+    from gpuboot.ui import printable
+
+    sys.stderr.write(printable(msg) + "\n")
     sys.stderr.flush()
 
 
@@ -300,6 +302,18 @@ def _checks_summary(node: dict[str, Any]) -> str:
     return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
 
 
+def _by_reason(findings: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """(status, reason) -> the rules (with their titles when alone) that share it: a node
+    whose evidence could not be read says so once, not once per rule."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for f in findings:
+        groups.setdefault((f["status"], f["reason"]), []).append(f)
+    return {
+        key: [f"{fs[0]['rule']} {fs[0]['title']}"] if len(fs) == 1 else [f["rule"] for f in fs]
+        for key, fs in groups.items()
+    }
+
+
 def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
     """Checks that did not run, once per rule and reason with the nodes they concern: the
     same skip on 300 nodes is one line, not 300."""
@@ -316,7 +330,7 @@ def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
 
 
 def _verdict_text(report: dict[str, Any]) -> str:
-    from gpuboot.ui import table
+    from gpuboot.ui import printable, table
 
     rows = []
     for node in report["nodes"]:
@@ -332,8 +346,10 @@ def _verdict_text(report: dict[str, Any]) -> str:
         )
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
-        for f in _not_passed(node)[1:]:
-            text += f"\n  {node['host']}: {f['status']} {f['rule']} {f['title']}: {f['reason']}"
+        host = printable(node["host"], one_line=True)
+        for (status, reason), rules_ in _by_reason(_not_passed(node)[1:]).items():
+            what = " ".join(rules_) if len(rules_) > 1 else f"{rules_[0]}"
+            text += f"\n  {host}: {status} {what}: {reason}"
     text += _skipped_text(report["nodes"])
     if report.get("bundle"):
         text += f"\nevidence bundle: {report['bundle']}"
@@ -862,7 +878,9 @@ def main(argv: list[str] | None = None) -> int:
     if want_json:
         print(json.dumps(outcome.doc, indent=2, default=str))
     elif outcome.text:
-        sys.stdout.write(outcome.text + "\n")
+        from gpuboot.ui import printable
+
+        sys.stdout.write(printable(outcome.text) + "\n")
     return outcome.code
 
 

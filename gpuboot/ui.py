@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Sequence
 
@@ -17,8 +18,26 @@ STATUS_MARK = {
 }
 
 
+# C0 and C1 control characters but line feed and tab: what a node's answer (a probe's
+# stderr, a bundle's host name) could use to rewrite the operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_CELL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, and ``\\n`` too
+    when ``one_line``): nothing gpuboot prints can move the cursor or recolour a terminal."""
+    return (_CONTROL_CELL if one_line else _CONTROL).sub(_escape, text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(c) for c in headers]] + [[("" if c is None else str(c)) for c in r] for r in rows]
+    cells = [[str(c) for c in headers]] + [
+        [("" if c is None else printable(str(c), one_line=True)) for c in r] for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
