@@ -168,3 +168,28 @@ def test_evaluate_agrees_with_a_probe_level_none_run(lab2, tmp_path, verb):
         return {n["host"]: {f["rule"]: f["status"] for f in n["findings"]} for n in report["nodes"]}
 
     assert statuses(offline) == statuses(doc)
+
+
+def test_a_node_that_never_answers_is_cut_off_at_its_deadline(lab2, tmp_path):
+    """A tool stuck in the kernel outlives the node's own `timeout`, and a hostile node may
+    never answer: the controller's deadline (here gpuboot_collect_timeout: 15) ends it."""
+    pidfile = "/run/gpuboot-test-hung-tar.pid"
+    ssh_ok(lab2, "mv /usr/bin/tar /usr/bin/tar.real")
+    try:
+        ssh_ok(
+            lab2,
+            f"printf '#!/bin/sh\\necho $$ >{pidfile}\\nexec sleep 600\\n' >/usr/bin/tar"
+            " && chmod 755 /usr/bin/tar",
+        )
+        path = _inventory_copy(lab2, tmp_path, gpuboot_collect_timeout=15)
+        started = time.monotonic()
+        proc = gpuboot("certify", "-i", str(path), "--probes", "none", "--json")
+        took = time.monotonic() - started
+    finally:
+        ssh_ok(lab2, f"mv -f /usr/bin/tar.real /usr/bin/tar; kill $(cat {pidfile}) || true")
+    assert proc.returncode == 1, proc.stderr
+    assert took < 120, f"certify took {took:.0f}s"
+    nodes = {n["host"]: n for n in json.loads(proc.stdout)["nodes"]}
+    assert nodes["node1"]["verdict"] == "ERROR"
+    assert "timed out after 15s" in nodes["node1"]["findings"][0]["reason"]
+    assert not any("timed out" in f["reason"] for f in nodes["node2"]["findings"])
