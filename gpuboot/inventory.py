@@ -239,16 +239,20 @@ def _vaulted(text: str) -> bool:
     return text.lstrip().startswith("$ANSIBLE_VAULT;")
 
 
+def _unreadable(file: Path, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"cannot read: {exc.strerror or exc}",
+        where=str(file),
+        hint="fix the path or its permissions",
+    )
+
+
 def _regular_file(file: Path) -> os.stat_result:
     """A FIFO or a device would hang the read or never end: only regular files."""
     try:
         st = file.stat()
     except OSError as exc:
-        raise ConfigError(
-            f"cannot read: {exc.strerror or exc}",
-            where=str(file),
-            hint="fix the path or its permissions",
-        ) from exc
+        raise _unreadable(file, exc) from exc
     if not stat.S_ISREG(st.st_mode) or file.resolve().parts[1:2] in (("proc",), ("sys",)):
         raise ConfigError(
             "is not a regular file (a FIFO, a device or a /proc or /sys file would hang "
@@ -265,11 +269,7 @@ def _read_text(file: Path) -> str:
         with open(file, "rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot read: {exc.strerror or exc}",
-            where=str(file),
-            hint="fix the path or its permissions",
-        ) from exc
+        raise _unreadable(file, exc) from exc
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(
             f"file is larger than {MAX_FILE_BYTES >> 20} MiB",

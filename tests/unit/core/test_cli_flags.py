@@ -13,10 +13,6 @@ from gpuboot import cli
 VERBS = ("install", "plan", "certify", "scan")
 
 
-class Touched(Exception):
-    """Raised by the guard: something tried to reach a host."""
-
-
 @pytest.fixture
 def listener():
     """The port every host points at: nothing may connect to it."""
@@ -28,30 +24,6 @@ def listener():
     with pytest.raises(BlockingIOError):
         sock.accept()
     sock.close()
-
-
-@pytest.fixture
-def guard(tmp_path, monkeypatch):
-    """Every way a verb reaches hosts records what it was given and stops there."""
-    import testinfra
-
-    from gpuboot import certify, install
-
-    calls: list[tuple[str, tuple, dict]] = []
-
-    def stop(what):
-        def fake(*args, **kwargs):
-            calls.append((what, args, kwargs))
-            raise Touched(what)
-
-        return fake
-
-    monkeypatch.setattr(install, "run", stop("ansible-runner"))
-    monkeypatch.setattr(certify.pytest, "main", stop("testinfra checks"))
-    monkeypatch.setattr(testinfra, "get_hosts", stop("testinfra hosts"))
-    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
-    return calls
 
 
 @pytest.fixture

@@ -30,35 +30,6 @@ GOOD_VARS = (
 )
 
 
-class Touched(Exception):
-    """Raised by the guard: something tried to reach a host."""
-
-
-@pytest.fixture
-def guard(tmp_path, monkeypatch):
-    """Every way a verb reaches hosts (ansible-runner, the testinfra check run, plan's
-    testinfra hosts) records the attempt and stops; the run dir root is a fresh dir."""
-    import testinfra
-
-    from gpuboot import certify, install
-
-    touched: list[str] = []
-
-    def stop(what):
-        def fake(*args, **kwargs):
-            touched.append(what)
-            raise Touched(what)
-
-        return fake
-
-    monkeypatch.setattr(install, "run", stop("ansible-runner"))
-    monkeypatch.setattr(certify.pytest, "main", stop("testinfra checks"))
-    monkeypatch.setattr(testinfra, "get_hosts", stop("testinfra hosts"))
-    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
-    return touched
-
-
 def gpuboot(capsys, *argv) -> tuple[int, str]:
     code = cli.main(list(argv))
     return code, capsys.readouterr().err

@@ -1,0 +1,35 @@
+"""Fixtures shared by the core unit tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class Touched(Exception):
+    """Raised by the guard: something tried to reach a host."""
+
+
+@pytest.fixture
+def guard(tmp_path, monkeypatch) -> list[tuple[str, tuple, dict]]:
+    """Every way a verb reaches hosts (ansible-runner, the testinfra check run, plan's
+    testinfra hosts) records what it was given and stops there; GPUBOOT_HOME and the run
+    dir root are fresh dirs."""
+    import testinfra
+
+    from gpuboot import certify, install
+
+    calls: list[tuple[str, tuple, dict]] = []
+
+    def stop(what):
+        def fake(*args, **kwargs):
+            calls.append((what, args, kwargs))
+            raise Touched(what)
+
+        return fake
+
+    monkeypatch.setattr(install, "run", stop("ansible-runner"))
+    monkeypatch.setattr(certify.pytest, "main", stop("testinfra checks"))
+    monkeypatch.setattr(testinfra, "get_hosts", stop("testinfra hosts"))
+    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    return calls
