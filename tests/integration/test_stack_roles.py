@@ -150,7 +150,9 @@ def test_a_released_hold_fails_certification(lab):
         ssh_ok(lab, "apt-mark hold datacenter-gpu-manager")
     assert proc.returncode != 0, proc.stdout[-2000:]
     (node,) = json.loads(proc.stdout)["nodes"]
-    failed = {f["rule"]: f["reason"] for f in node["findings"] if f["status"] != "PASS"}
+    failed = {
+        f["rule"]: f["reason"] for f in node["findings"] if f["status"] not in ("PASS", "SKIPPED")
+    }
     assert failed == {"STK-002": "not held: datacenter-gpu-manager"}, failed
 
 
