@@ -14,7 +14,12 @@ from gpuboot import paths
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
 from gpuboot.inventory import load_inventory, select_hosts
+from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
+
+# dpkg-query answers in about a second; a node holding the session longer than this is
+# reported, not waited for (one such node used to hold the whole plan)
+READ_TIMEOUT_S = 120
 
 
 def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
@@ -59,7 +64,9 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
         name = host.backend.get_hostname()
         hostvars = inv.resolved(name)
         try:
-            cmd = host.run(DPKG_QUERY)
+            cmd = run_with_deadline(host, DPKG_QUERY, READ_TIMEOUT_S, "reading installed packages")
+        except RemoteTimeout as exc:
+            return {"host": name, "error": exc.message}
         except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
             return {
                 "host": name,

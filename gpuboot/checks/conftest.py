@@ -6,12 +6,8 @@ evidence is kept) and under molecule's testinfra verifier.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import threading
 import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +30,7 @@ from gpuboot.errors import GpubootError
 from gpuboot.inventory import with_derived
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
+from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
 
 MAX_PARALLEL = 32
@@ -128,8 +125,10 @@ def _collect(host, level_override: str | None = None) -> dict:
     started = time.time()
     deadline = collect_deadline(hostvars, (*state, *bandwidth))
     try:
-        cmd = run_with_deadline(host, script(procfs, sysfs, state, bandwidth), deadline)
-    except CollectionTimeout as exc:
+        cmd = run_with_deadline(
+            host, script(procfs, sysfs, state, bandwidth), deadline, "evidence collection"
+        )
+    except RemoteTimeout as exc:
         exc.where = _name(host)
         raise
     except Exception as exc:  # ssh failed (testinfra: RuntimeError carrying the script)
@@ -148,10 +147,6 @@ def _collect(host, level_override: str | None = None) -> dict:
     return {"evidence": evidence, "hostvars": hostvars, "meta": meta, "profile": profile}
 
 
-class CollectionTimeout(GpubootError):
-    """The node held the collection past its deadline: its ssh was ended (ERROR)."""
-
-
 # Beyond the probes' own `timeout`s: ssh set-up, the tar, a slow node. A tool stuck in
 # the kernel (D state) outlives `timeout` on the node, and a hostile node may simply never
 # answer: the controller's own deadline is what keeps one node from holding the run.
@@ -165,46 +160,6 @@ def collect_deadline(hostvars: dict, probes: Sequence[Probe]) -> float:
     if isinstance(own, int | float) and not isinstance(own, bool) and own > 0:
         return float(own)
     return float(sum(p.timeout for p in probes) + COLLECT_MARGIN_S)
-
-
-def run_with_deadline(host, command: str, seconds: float):
-    """``host.run(command)``, cut off after ``seconds``: the local shell and ssh client
-    testinfra started for it (found by a token in their command line, since testinfra
-    keeps no handle) are killed, which ends the call. Raises CollectionTimeout."""
-    token = f"gpuboot-collect-{uuid.uuid4().hex}"
-    done: dict = {}
-
-    def call() -> None:
-        try:
-            done["out"] = host.run(f": {token}\n{command}")
-        except BaseException as exc:  # handed to the caller's thread
-            done["exc"] = exc
-
-    worker = threading.Thread(target=call, name=token, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        _kill_processes_with(token)
-        worker.join(10)
-        raise CollectionTimeout(
-            f"evidence collection timed out after {seconds:.0f}s (the node held the session: "
-            "a tool stuck in the kernel, or no answer); its ssh was ended"
-        )
-    if "exc" in done:
-        raise done["exc"]
-    return done["out"]
-
-
-def _kill_processes_with(token: str) -> None:
-    me = str(os.getpid())
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if token.encode() not in f.read() or pid == me:
-                    continue
-            os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue  # gone meanwhile
 
 
 def node_meta(

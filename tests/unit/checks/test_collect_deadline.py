@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from gpuboot import remote
 from gpuboot.checks import conftest as node_fixtures
 from gpuboot.collect import Probe
 
@@ -37,15 +38,15 @@ def _alive(marker: str) -> str:
 def test_a_node_past_its_deadline_is_cut_off_and_its_processes_ended():
     delay = f"{900 + uuid.uuid4().int % 99}.{uuid.uuid4().int % 10**6:06d}"  # unique to us
     started = time.monotonic()
-    with pytest.raises(node_fixtures.CollectionTimeout, match="timed out after 1s"):
-        node_fixtures.run_with_deadline(_Host(delay), "true", seconds=1)
+    with pytest.raises(remote.RemoteTimeout, match="collection timed out after 1s"):
+        remote.run_with_deadline(_Host(delay), "true", 1, "evidence collection")
     assert time.monotonic() - started < 10
     time.sleep(0.2)
     assert not _alive(delay)
 
 
 def test_a_node_within_its_deadline_answers_as_before():
-    out = node_fixtures.run_with_deadline(_Host("0"), "true", seconds=30)
+    out = remote.run_with_deadline(_Host("0"), "true", 30, "evidence collection")
     assert out.returncode == 0 and out.stdout.split() == ["answered", "done"]
 
 
