@@ -875,12 +875,16 @@ def main(argv: list[str] | None = None) -> int:
         if want_json:
             print(json.dumps({"error": {"message": f"internal error: {exc!r}", "exit_code": 3}}))
         return 3
-    if want_json:
-        print(json.dumps(outcome.doc, indent=2, default=str))
-    elif outcome.text:
-        from gpuboot.ui import printable
+    try:
+        if want_json:
+            print(json.dumps(outcome.doc, indent=2, default=str))
+        elif outcome.text:
+            from gpuboot.ui import printable
 
-        sys.stdout.write(printable(outcome.text) + "\n")
+            sys.stdout.write(printable(outcome.text) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`| head`): it had what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
     return outcome.code
 
 
