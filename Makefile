@@ -51,8 +51,8 @@ test-unit: $(STAMPS)/venv
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot tests bench
 	$(BIN)/ruff format --check gpuboot tests bench
-	$(BIN)/yamllint roles playbooks molecule .config
-	$(BIN)/ansible-lint --profile production --nocolor -q roles playbooks
+	$(BIN)/yamllint gpuboot/ansible molecule .config
+	ANSIBLE_ROLES_PATH=gpuboot/ansible/roles $(BIN)/ansible-lint --profile production --nocolor -q gpuboot/ansible/roles gpuboot/ansible/playbooks
 
 bench: setup
 	$(BIN)/python bench/bench.py

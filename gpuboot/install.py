@@ -19,7 +19,7 @@ from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
 from gpuboot.runner import HostResult, RunSpec, broken_hosts, hosts_doc, new_run_dir, run
 
-PLAYBOOK = paths.PROJECT_DIR / "playbooks" / "install.yml"
+PLAYBOOK = paths.PLAYBOOKS_DIR / "install.yml"
 # Tags Ansible itself gives meaning to, whatever the playbook says.
 SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
 
@@ -27,7 +27,7 @@ SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
 def known_tags() -> set[str]:
     """Every tag the shipped playbooks and roles use (what --tags may name)."""
     found = set(SPECIAL_TAGS)
-    for base in (PLAYBOOK.parent, paths.PROJECT_DIR / "roles"):
+    for base in (PLAYBOOK.parent, paths.ROLES_DIR):
         for path in sorted(base.rglob("*.y*ml")):
             # compose, not load: Ansible's own tags (!unsafe, !vault) need no constructor
             stack = [yaml.compose(path.read_text(), Loader=yaml.CSafeLoader)]
@@ -87,9 +87,9 @@ def desired_digests(inv: Inventory, hosts: list[str]) -> dict[str, str]:
     (stack pins included) and the playbook and role code. The gpuboot_converged role
     skips a node only when this matches the digest recorded at its last converge."""
     code = hashlib.sha256()
-    for base in (PLAYBOOK.parent, paths.PROJECT_DIR / "roles"):
+    for base in (PLAYBOOK.parent, paths.ROLES_DIR):
         for path in sorted(p for p in base.rglob("*") if p.is_file()):
-            code.update(str(path.relative_to(paths.PROJECT_DIR)).encode() + b"\0")
+            code.update(str(path.relative_to(paths.ANSIBLE_DIR)).encode() + b"\0")
             code.update(path.read_bytes())
     digests = {}
     for host in hosts:

@@ -119,6 +119,10 @@ def write_private(path: Path, text: str, *, hint: str = STATE_HINT) -> Path:
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = PACKAGE_DIR.parent
+# The Ansible content ships inside the package (a wheel carries it): roles, playbooks.
+ANSIBLE_DIR = PACKAGE_DIR / "ansible"
+ROLES_DIR = ANSIBLE_DIR / "roles"
+PLAYBOOKS_DIR = ANSIBLE_DIR / "playbooks"
 
 
 def put_venv_on_path() -> str:

@@ -336,7 +336,7 @@ def _cancel_on_signal() -> Iterator[Callable[[], bool]]:
 def ansible_env(run_dir: Path) -> dict[str, str]:
     return {
         "PATH": paths.put_venv_on_path(),
-        "ANSIBLE_ROLES_PATH": str(paths.PROJECT_DIR / "roles"),
+        "ANSIBLE_ROLES_PATH": str(paths.ROLES_DIR),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",  # one SSH exec per task, no temp-file copy
         "ANSIBLE_GATHERING": "explicit",  # plays ask for the facts they need

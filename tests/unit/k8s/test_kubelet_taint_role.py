@@ -27,7 +27,7 @@ def _play(tmp_path: Path, env_file: Path, **extra: object) -> subprocess.Complet
     }
     env = {
         **os.environ,
-        "ANSIBLE_ROLES_PATH": str(paths.PROJECT_DIR / "roles"),
+        "ANSIBLE_ROLES_PATH": str(paths.ROLES_DIR),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
         "ANSIBLE_NOCOLOR": "1",
     }

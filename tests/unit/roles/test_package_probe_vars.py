@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROLES = Path(__file__).parents[3] / "roles"
+from gpuboot import paths
+
+ROLES = paths.ROLES_DIR
 
 # dpkg-query -W -f '${Package}\t${Version}\t${db:Status-Abbrev}\n' on a converged node:
 # held ("hi "), plain installed ("ii ") and an old release removed with config left ("rc ").

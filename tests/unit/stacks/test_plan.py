@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from gpuboot.errors import ConfigError
-from gpuboot.paths import PROJECT_DIR
+from gpuboot.paths import ROLES_DIR
 from gpuboot.stacks import (
     PlanItem,
     Stack,
@@ -77,7 +77,7 @@ def test_role_vars_debian(lts: Stack) -> None:
 
 
 def test_role_vars_fit_the_driver_role_argument_spec(lts: Stack) -> None:
-    spec = yaml.safe_load((PROJECT_DIR / "roles/nvidia_driver/meta/argument_specs.yml").read_text())
+    spec = yaml.safe_load((ROLES_DIR / "nvidia_driver/meta/argument_specs.yml").read_text())
     options = spec["argument_specs"]["main"]["options"]
     v = role_vars(lts)
     for key in ("nvidia_driver_branch", "nvidia_driver_version", "nvidia_driver_flavor"):
