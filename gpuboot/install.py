@@ -25,41 +25,32 @@ SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
 
 
 def known_tags() -> set[str]:
-    """Every tag the shipped playbooks and roles use (what --tags may name)."""
-    found = set(SPECIAL_TAGS)
-    for base in (PLAYBOOK.parent, paths.ROLES_DIR):
-        for path in sorted(base.rglob("*.y*ml")):
-            # compose, not load: Ansible's own tags (!unsafe, !vault) need no constructor
-            stack = [yaml.compose(path.read_text(), Loader=yaml.CSafeLoader)]
-            while stack:
-                node = stack.pop()
-                if isinstance(node, yaml.MappingNode):
-                    for key, value in node.value:
-                        if key.value == "tags":
-                            found.update(_tag_names(value))
-                        stack.append(value)
-                elif isinstance(node, yaml.SequenceNode):
-                    stack.extend(node.value)
-    return found
+    """Every tag the shipped playbooks and roles use (what --tags may name): group tags,
+    task ids and the certify rule ids tasks are tagged with (gpuboot.ids reads them)."""
+    from gpuboot import ids
 
-
-def _tag_names(node: yaml.Node) -> list[str]:
-    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
-    return [
-        t.strip() for i in items if isinstance(i, yaml.ScalarNode) for t in str(i.value).split(",")
-    ]
+    return set(SPECIAL_TAGS) | ids.all_tags()
 
 
 def check_tags(tags: tuple[str, ...]) -> None:
     """--tags naming no task would run nothing and report every host "ok": refused."""
+    from gpuboot import ids
+
     known = known_tags()
     for tag in (t.strip() for arg in tags for t in arg.split(",")):
-        if tag not in known:
+        if tag in known:
+            continue
+        if why := ids.JUDGED_ONLY.get(tag):  # a rule no role can make true
             raise BadInput(
-                f"--tags {tag!r} names no tag of the install playbook or its roles",
+                f"--tags {tag}: no task makes that rule true ({why})",
                 where="--tags",
-                hint="known tags: " + ", ".join(sorted(known)),
+                hint="fix it by hand as the finding's action says, then certify again",
             )
+        raise BadInput(
+            f"--tags {tag!r} names no tag of the install playbook or its roles",
+            where="--tags",
+            hint="known tags: " + ", ".join(sorted(known)),
+        )
 
 
 def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
