@@ -33,7 +33,7 @@ $(STAMPS)/venv: pyproject.toml
 	@touch $@
 
 # The lab node image (debootstrap + podman import, ~90 s once; cached by recipe hash).
-$(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot/lab/image/build-node-image.sh
+$(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot_lab/image/build-node-image.sh
 	$(BIN)/gpuboot lab image
 	@touch $@
 
@@ -49,8 +49,9 @@ test-unit: $(STAMPS)/venv
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser"
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check gpuboot tests bench
-	$(BIN)/ruff format --check gpuboot tests bench
+	$(BIN)/python scripts/check_imports.py  # the product never imports the lab
+	$(BIN)/ruff check gpuboot gpuboot_lab scripts tests bench
+	$(BIN)/ruff format --check gpuboot gpuboot_lab scripts tests bench
 	$(BIN)/yamllint gpuboot/ansible molecule .config
 	ANSIBLE_ROLES_PATH=gpuboot/ansible/roles $(BIN)/ansible-lint --profile production --nocolor -q gpuboot/ansible/roles gpuboot/ansible/playbooks
 

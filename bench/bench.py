@@ -29,8 +29,8 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from gpuboot import paths  # noqa: E402
-from gpuboot.lab import lab as labmod  # noqa: E402
 from gpuboot.runner import ansible_env, close_ssh_masters  # noqa: E402
+from gpuboot_lab import lab as labmod  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -81,8 +81,8 @@ def main() -> int:
     cp_dir = scratch / "cp"
     env = {**os.environ, **ansible_env(scratch)}
 
-    from gpuboot.lab.image import ensure_image
-    from gpuboot.lab.repo_server import ensure_repo
+    from gpuboot_lab.image import ensure_image
+    from gpuboot_lab.repo_server import ensure_repo
 
     ensure_image()
     ensure_repo()

@@ -40,92 +40,31 @@ def _progress(args) -> Any:
     )
 
 
-# ---------------------------------------------------------------- lab
-def cmd_lab_up(args) -> Outcome:
-    from gpuboot.lab import lab
-
-    created = lab.up(
-        args.name, args.nodes, args.profile, progress=_progress(args), stack=args.stack
-    )
-    doc = {
-        "lab": created.name,
-        "profile": created.profile,
-        "inventory": str(created.inventory),
-        "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes],
-    }
-    text = (
-        f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
-        f"inventory: {created.inventory}\n"
-        f"next: gpuboot install -i {created.inventory}"
-    )
-    return Outcome(EXIT_OK, doc, text)
+# ---------------------------------------------------------------- other distributions' verbs
+LAB_MISSING = "the lab is not installed: pip install 'gpuboot[lab]'"
 
 
-def cmd_lab_image(args) -> Outcome:
-    from gpuboot.lab.image import ensure_image, image_tag
-    from gpuboot.lab.podman import exists
+def _add_plugin_verbs(verbs, common: argparse.ArgumentParser) -> None:
+    """Verbs that live outside the product (the lab's `gpuboot lab ...`), found through
+    the entry point group ``gpuboot.verbs``: the product never imports the lab."""
+    from importlib.metadata import entry_points
 
-    if not exists("image", image_tag()):
-        _progress(args)("building the lab node image from Debian's archive (about 90 s, once)")
-    tag = ensure_image()
-    return Outcome(EXIT_OK, {"image": tag}, f"lab node image: {tag}")
-
-
-def cmd_lab_status(args) -> Outcome:
-    from gpuboot.lab import lab
-    from gpuboot.ui import table
-
-    labs = lab.status(args.name)
-    rows = [
-        (entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
-        for entry in labs
-        for n in entry["nodes"]
-    ]
-    text = table(("lab", "profile", "node", "ip", "state"), rows) if rows else "no labs"
-    return Outcome(EXIT_OK, {"labs": labs}, text)
+    added = set()
+    for ep in entry_points(group="gpuboot.verbs"):
+        try:
+            register = ep.load()
+        except ImportError:  # declared by an install whose code is gone: as if absent
+            continue
+        register(verbs, common)
+        added.add(ep.name)
+    if "lab" not in added:
+        stub = verbs.add_parser("lab", help="a simulated GPU fleet (not installed)")
+        stub.add_argument("rest", nargs=argparse.REMAINDER)
+        stub.set_defaults(func=_lab_missing)
 
 
-def cmd_lab_down(args) -> Outcome:
-    from gpuboot.lab import lab
-
-    doc = lab.down(args.name)
-    return Outcome(EXIT_OK, doc, f"lab {args.name}: removed {len(doc['removed'])} podman objects")
-
-
-def cmd_lab_fault(args) -> Outcome:
-    from gpuboot.lab import lab
-
-    extra = ["--survive-reboot"] if args.survive_reboot else []
-    out = lab.emulator_ctl(args.name, args.node, "fault", "add", args.kind, *args.args, *extra)
-    doc = {"lab": args.name, "node": args.node, "fault": args.kind, "args": args.args}
-    return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: fault {args.kind} injected")
-
-
-def cmd_lab_clear(args) -> Outcome:
-    from gpuboot.lab import lab
-
-    out = lab.emulator_ctl(
-        args.name, args.node, "fault", "clear", *([args.kind] if args.kind else [])
-    )
-    if args.reboot:
-        lab.reboot(args.name, args.node)
-    doc = {
-        "lab": args.name,
-        "node": args.node,
-        "cleared": args.kind or "all",
-        "rebooted": args.reboot,
-    }
-    text = out.strip() or f"{args.node}: faults cleared"
-    return Outcome(EXIT_OK, doc, text + (" and node rebooted" if args.reboot else ""))
-
-
-def cmd_lab_reboot(args) -> Outcome:
-    from gpuboot.lab import lab
-
-    lab.reboot(args.name, args.node)
-    return Outcome(
-        EXIT_OK, {"lab": args.name, "node": args.node, "rebooted": True}, f"{args.node}: rebooted"
-    )
+def _lab_missing(_args) -> Outcome:
+    raise BadInput(LAB_MISSING, hint="the lab also needs podman and debootstrap (make setup)")
 
 
 # ---------------------------------------------------------------- install
@@ -640,42 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gpuboot {__version__}")
     verbs = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
-    lab = verbs.add_parser("lab", help="a simulated GPU fleet of podman nodes")
-    lab_verbs = lab.add_subparsers(dest="lab_verb", required=True, parser_class=_Parser)
-    name = argparse.ArgumentParser(add_help=False)
-    name.add_argument("--name", default="lab", help="lab name (several labs may coexist)")
-    up = lab_verbs.add_parser("up", parents=[common, name], help="create a lab")
-    up.add_argument("--nodes", type=int, default=2)
-    up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
-    up.add_argument("--stack", help="gpuboot_stack for every node (default: driver pin only)")
-    up.set_defaults(func=cmd_lab_up)
-    lab_verbs.add_parser(
-        "image", parents=[common], help="build the node image (cached)"
-    ).set_defaults(func=cmd_lab_image)
-    st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
-    st.add_argument("--name", default=None)
-    st.set_defaults(func=cmd_lab_status)
-    lab_verbs.add_parser("down", parents=[common, name], help="remove a lab entirely").set_defaults(
-        func=cmd_lab_down
-    )
-    fault = lab_verbs.add_parser("fault", parents=[common, name], help="inject a hardware fault")
-    fault.add_argument("node")
-    fault.add_argument("kind", help="e.g. xid, driver-mismatch, nvlink-down, pcie-downtrain")
-    fault.add_argument("args", nargs="*", help="fault arguments, e.g. the Xid code")
-    fault.add_argument("--survive-reboot", action="store_true")
-    fault.set_defaults(func=cmd_lab_fault)
-    clear = lab_verbs.add_parser("clear", parents=[common, name], help="clear a node's faults")
-    clear.add_argument("node")
-    clear.add_argument("kind", nargs="?")
-    clear.add_argument(
-        "--reboot",
-        action="store_true",
-        help="also reboot: the kernel log keeps a fault's Xid lines until then",
-    )
-    clear.set_defaults(func=cmd_lab_clear)
-    rb = lab_verbs.add_parser("reboot", parents=[common, name], help="power-cycle a node")
-    rb.add_argument("node")
-    rb.set_defaults(func=cmd_lab_reboot)
+    _add_plugin_verbs(verbs, common)
 
     run_opts = argparse.ArgumentParser(add_help=False)
     run_opts.add_argument("-i", "--inventory", required=True, type=_inventory_arg)

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from gpuboot.lab import lab as labmod
+from gpuboot_lab import lab as labmod
 
 # Kept run directories of tests go to a throw-away place, not the operator's home.
 _RUNS = None if "GPUBOOT_RUNS" in os.environ else tempfile.mkdtemp(prefix="gpuboot-test-runs-")

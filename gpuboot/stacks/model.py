@@ -99,7 +99,6 @@ class Stack:
     description: str
     path: Path
     label: str  # how messages name the file
-    lab: bool  # every debian package (but the kernel) is served by the lab repository
     profiles: tuple[str, ...]
     kernel: Component
     driver: Driver
@@ -299,7 +298,7 @@ def parse_stack(data: Any, path: Path, label: str) -> Stack:
     top = r.mapping(
         data,
         "",
-        ("schema", "name", "description", "lab", "profiles", *COMPONENTS, "nvidia_peermem"),
+        ("schema", "name", "description", "profiles", *COMPONENTS, "nvidia_peermem"),
     )
     if top["schema"] != SCHEMA:
         raise r.error("schema", f"unsupported schema {top['schema']!r}", f"set schema: {SCHEMA}")
@@ -320,7 +319,6 @@ def parse_stack(data: Any, path: Path, label: str) -> Stack:
         description=r.string(top["description"], "description", None, "what it is for"),
         path=path,
         label=label,
-        lab=r.boolean(top["lab"], "lab"),
         profiles=r.strings(top["profiles"], "profiles"),
         nvidia_peermem=r.boolean(peermem["enabled"], "nvidia_peermem.enabled"),
         **components,  # type: ignore[arg-type]

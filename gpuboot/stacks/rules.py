@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from gpuboot.errors import ConfigError
@@ -469,43 +468,6 @@ def _ofed_kernel(rule: Rule, ctx: _Ctx) -> list[Violation]:
     return out
 
 
-@cache
-def _lab_versions() -> dict[str, frozenset[str]]:
-    from gpuboot.lab.catalogue import load_catalogue  # only lab stacks need it
-
-    served: dict[str, set[str]] = {}
-    for pkg in load_catalogue().packages:
-        served.setdefault(pkg.name, set()).add(pkg.version)
-    return {name: frozenset(v) for name, v in served.items()}
-
-
-def _lab_served(rule: Rule, ctx: _Ctx) -> list[Violation]:
-    if not ctx.stack.lab:
-        return []
-    try:
-        served = _lab_versions()
-    except ConfigError as exc:
-        return [rule.violation(ctx, "lab", f"lab catalogue unreadable: {exc}", "fix packages.yaml")]
-    out = []
-    for comp in ctx.stack.components():
-        if comp.name == "kernel" or not comp.enabled:
-            continue  # lab nodes are containers on the host's kernel
-        for pkg in comp.pins_for("debian").packages:
-            if pkg.version not in served.get(pkg.name, ()):
-                have = sorted(served.get(pkg.name, ()))
-                out.append(
-                    rule.violation(
-                        ctx,
-                        f"{comp.name}.debian",
-                        f"{pkg.name}={pkg.version} is not served by the lab repository",
-                        f"use one of {have}"
-                        if have
-                        else f"{pkg.name} is not in the lab catalogue; set lab: false",
-                    )
-                )
-    return out
-
-
 RULES: tuple[Rule, ...] = (
     Rule(
         "CMP-001",
@@ -627,13 +589,6 @@ RULES: tuple[Rule, ...] = (
         "doca-ofed), https://docs.nvidia.com/doca/sdk/NVIDIA+DOCA+Profiles",
         False,
         _ofed_kernel,
-    ),
-    Rule(
-        "LAB-001",
-        "A lab stack uses only package versions the lab repository serves.",
-        "gpuboot/lab/packages.yaml",
-        False,
-        _lab_served,
     ),
 )
 

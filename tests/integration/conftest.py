@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gpuboot.lab import lab as labmod
+from gpuboot_lab import lab as labmod
 
 
 def gpuboot(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess[str]:

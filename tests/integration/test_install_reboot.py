@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuboot.lab import lab as labmod
-from gpuboot.lab.podman import podman
 from gpuboot.runner import PlayResult, RunSpec, run
+from gpuboot_lab import lab as labmod
+from gpuboot_lab.podman import podman
 
 from .conftest import gpuboot, reboot_markers, ssh_ok
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuboot.lab import lab as labmod
-from gpuboot.lab.podman import exists
+from gpuboot_lab import lab as labmod
+from gpuboot_lab.podman import exists
 
 from .conftest import gpuboot, ssh
 

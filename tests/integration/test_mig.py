@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpuboot import certify as certify_mod
-from gpuboot.lab import lab as labmod
+from gpuboot_lab import lab as labmod
 
 from .conftest import gpuboot, reboot_markers, ssh_ok
 

@@ -10,7 +10,7 @@ import json
 import pytest
 from unit.k8s.fake_apiserver import FakeApiServer, node
 
-from gpuboot.lab import lab as labmod
+from gpuboot_lab import lab as labmod
 
 from .conftest import gpuboot
 

@@ -12,8 +12,8 @@ from unit.k8s.fake_apiserver import FakeApiServer
 from unit.k8s.fake_apiserver import node as k8s_node
 from unit.k8s.fake_apiserver import pod as k8s_pod
 
-from gpuboot.lab import lab as labmod
 from gpuboot.stacks import load_stack, mirror_packages
+from gpuboot_lab import lab as labmod
 
 from .conftest import gpuboot, reboot_markers, ssh_ok
 

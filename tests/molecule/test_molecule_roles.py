@@ -11,10 +11,10 @@ import yaml
 from integration.conftest import ssh_ok
 
 from gpuboot.checks.rules import RULES
-from gpuboot.lab import lab as labmod
 from gpuboot.mig import layout_vars
 from gpuboot.profiles import load_profile
 from gpuboot.stacks import load_stack, role_vars
+from gpuboot_lab import lab as labmod
 
 from .harness import PROJECT, molecule, verifier_summary
 

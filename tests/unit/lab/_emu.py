@@ -14,7 +14,7 @@ from pathlib import Path
 from gpuboot.profiles import load_profile
 
 REPO = Path(__file__).resolve().parents[3]
-GPUEMU = REPO / "gpuboot" / "lab" / "emulator" / "gpuemu"
+GPUEMU = REPO / "gpuboot_lab" / "emulator" / "gpuemu"
 DRIVER = "550.54.15"
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpuboot.errors import ConfigError, RunError
-from gpuboot.lab.catalogue import CATALOGUE_PATH, Catalogue, load_catalogue, parse_catalogue
-from gpuboot.lab.repo import RepoInfo, _run, build_repo, deb_filename, ensure_lab_key
+from gpuboot_lab.catalogue import CATALOGUE_PATH, Catalogue, load_catalogue, parse_catalogue
+from gpuboot_lab.repo import RepoInfo, _run, build_repo, deb_filename, ensure_lab_key
 
 TOOLS = ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv", "gpgconf", "apt-get", "apt-cache")
 MISSING = [t for t in TOOLS if shutil.which(t) is None]

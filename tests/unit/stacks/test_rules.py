@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,7 +182,7 @@ def test_cuda_12_8_on_r550_is_only_minor_compatible() -> None:
     lts = load_stack("lts-550-cuda12.4")
     prod = load_stack("prod-570-cuda12.8")
     no_gds = dataclasses.replace(lts.nvidia_fs, enabled=False)  # its nvidia-gds is 12.4's
-    stack = dataclasses.replace(lts, cuda=prod.cuda, nvidia_fs=no_gds, lab=False)
+    stack = dataclasses.replace(lts, cuda=prod.cuda, nvidia_fs=no_gds)
     found = check_stack(stack)
     assert _ids(found) == ["CMP-011"]
     assert "CUDA 12.8 needs driver >= 570.26" in found[0].message
@@ -192,7 +191,7 @@ def test_cuda_12_8_on_r550_is_only_minor_compatible() -> None:
 def test_unknown_cuda_release_is_refused() -> None:
     lts = load_stack("lts-550-cuda12.4")
     cuda = dataclasses.replace(lts.cuda, version="12.7.0")
-    found = check_stack(dataclasses.replace(lts, cuda=cuda, lab=False))
+    found = check_stack(dataclasses.replace(lts, cuda=cuda))
     assert _ids(found) == ["CMP-011", "CMP-022", "CMP-022"]
     assert found[0].message == "no minimum driver is known for CUDA 12.7"
 
@@ -223,7 +222,7 @@ def test_driver_package_names_follow_branch_and_flavor() -> None:
         deb, depends=(Package("nvidia-dkms-550", deb.version), *deb.depends[1:])
     )
     driver = dataclasses.replace(lts.driver, pins={**lts.driver.pins, "debian": wrong})
-    found = check_stack(dataclasses.replace(lts, driver=driver, lab=False))
+    found = check_stack(dataclasses.replace(lts, driver=driver))
     assert _ids(found) == ["CMP-006"]
     assert found[0].where.endswith(": driver.debian")
     assert "nvidia-dkms-550-open" in found[0].fix
@@ -240,15 +239,3 @@ def test_fabric_manager_rpm_name_changes_at_r580() -> None:
     found = check_stack(dataclasses.replace(new, fabricmanager=fm))
     assert _ids(found) == ["CMP-007"]
     assert found[0].fix == "set fabricmanager.redhat.package: nvidia-fabricmanager"
-
-
-def test_lab_stack_must_use_served_versions(variant: Callable[..., Path]) -> None:
-    def edit(data: dict[str, Any]) -> None:
-        data["container_toolkit"]["debian"]["version"] = "1.17.9-1"  # not in the lab repo
-        data["container_toolkit"]["version"] = "1.17.9"
-        data["container_toolkit"]["redhat"]["version"] = "1.17.9-1"
-
-    found = check_stack(load_stack(variant("lts-550-cuda12.4", edit)))
-    assert _ids(found) == ["LAB-001"] * 4  # the toolkit and its three companions
-    assert "nvidia-container-toolkit=1.17.9-1 is not served" in found[0].message
-    assert "1.17.8-1" in found[0].fix

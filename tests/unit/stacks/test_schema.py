@@ -25,7 +25,6 @@ def test_shipped_stack_loads(name: str) -> None:
     stack = load_stack(name)
     assert stack.name == name
     assert stack.label == f"gpuboot/stacks/{name}.yaml"
-    assert stack.lab is True
     assert stack.profiles
     assert stack.driver.flavor == "open"
     assert [c.name for c in stack.components()][:2] == ["kernel", "driver"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuboot import paths
 from gpuboot.errors import RunError
-from gpuboot.lab.podman import exists, podman_env
+from gpuboot_lab.podman import exists, podman_env
 
 RECIPE = Path(__file__).resolve().parent / "image" / "build-node-image.sh"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

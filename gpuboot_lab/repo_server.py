@@ -7,7 +7,7 @@ it without any route off that network.
 from __future__ import annotations
 
 from gpuboot import paths
-from gpuboot.lab.repo import RepoInfo, build_repo
+from gpuboot_lab.repo import RepoInfo, build_repo
 
 
 def ensure_repo() -> RepoInfo:

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpuboot.errors import RunError
-from gpuboot.lab import catalogue as catalogue_mod
-from gpuboot.lab.catalogue import CATALOGUE_PATH, Catalogue, PackageVersion, load_catalogue
+from gpuboot_lab import catalogue as catalogue_mod
+from gpuboot_lab.catalogue import CATALOGUE_PATH, Catalogue, PackageVersion, load_catalogue
 
 KEY_UID = "gpuboot lab repository <lab@gpuboot.invalid>"
 KEYRING_NAME = "gpuboot-lab-archive-keyring"
@@ -249,7 +249,7 @@ def _build_deb(pkg: PackageVersion, cat: Catalogue, stage: Path, dest: Path) -> 
     _run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", root, out],
         what=f"building {pkg.name} {pkg.version}",
-        hint="check the package's entry in gpuboot/lab/packages.yaml",
+        hint="check the package's entry in gpuboot_lab/packages.yaml",
     )
     return out
 

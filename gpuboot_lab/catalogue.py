@@ -2,7 +2,7 @@
 
 Every entry of the YAML expands to one :class:`PackageVersion` per (name, version),
 with ``@var@`` templates filled in. Pure functions apart from reading the file; the
-repository builder (:mod:`gpuboot.lab.repo`) turns them into ``.deb`` files.
+repository builder (:mod:`gpuboot_lab.repo`) turns them into ``.deb`` files.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ import yaml
 
 from gpuboot import paths
 from gpuboot.errors import BadInput, RunError
-from gpuboot.lab.podman import podman, podman_json
+from gpuboot_lab.podman import podman, podman_json
 
-EMULATOR_DIR = paths.PACKAGE_DIR / "lab" / "emulator"
+EMULATOR_DIR = Path(__file__).resolve().parent / "emulator"
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 MAX_NODES = 64
 REPO_PORT = 80
@@ -118,9 +118,9 @@ def up(
     stack: str | None = None,
 ) -> Lab:
     """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers."""
-    from gpuboot.lab.image import ensure_image
-    from gpuboot.lab.repo_server import ensure_repo
     from gpuboot.profiles import load_profile
+    from gpuboot_lab.image import ensure_image
+    from gpuboot_lab.repo_server import ensure_repo
 
     _check_name(name)
     if not 1 <= nodes <= MAX_NODES:
@@ -128,8 +128,11 @@ def up(
     hw_profile = load_profile(profile)
     if stack is not None:
         from gpuboot.stacks import load_stack, require_compatible
+        from gpuboot_lab.stacks import require_served
 
-        require_compatible(load_stack(stack), hw_profile, where=f"--stack {stack}")
+        stack_doc = load_stack(stack)
+        require_compatible(stack_doc, hw_profile, where=f"--stack {stack}")
+        require_served(stack_doc, where=f"--stack {stack}")
     if (paths.labs_dir() / name / "lab.json").exists():
         raise BadInput(
             f"lab {name!r} already exists",

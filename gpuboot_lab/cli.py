@@ -1,0 +1,140 @@
+"""`gpuboot lab ...`: the lab's verbs, added to the gpuboot CLI through the entry point
+group ``gpuboot.verbs`` (pyproject.toml), so the product never imports the lab.
+
+The verbs follow gpuboot.cli's contract: they return an Outcome and raise GpubootError;
+only gpuboot.cli prints or exits. Lab modules are imported inside the verbs (quick --help).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuboot.cli import Outcome, _progress
+from gpuboot.errors import EXIT_OK
+
+
+def register(verbs: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Add `gpuboot lab` and its sub-verbs to the CLI's verb parsers."""
+    lab = verbs.add_parser("lab", help="a simulated GPU fleet of podman nodes")
+    lab_verbs = lab.add_subparsers(dest="lab_verb", required=True, parser_class=type(lab))
+    name = argparse.ArgumentParser(add_help=False)
+    name.add_argument("--name", default="lab", help="lab name (several labs may coexist)")
+    up = lab_verbs.add_parser("up", parents=[common, name], help="create a lab")
+    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
+    up.add_argument("--stack", help="gpuboot_stack for every node (default: driver pin only)")
+    up.set_defaults(func=cmd_lab_up)
+    lab_verbs.add_parser(
+        "image", parents=[common], help="build the node image (cached)"
+    ).set_defaults(func=cmd_lab_image)
+    st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
+    st.add_argument("--name", default=None)
+    st.set_defaults(func=cmd_lab_status)
+    lab_verbs.add_parser("down", parents=[common, name], help="remove a lab entirely").set_defaults(
+        func=cmd_lab_down
+    )
+    fault = lab_verbs.add_parser("fault", parents=[common, name], help="inject a hardware fault")
+    fault.add_argument("node")
+    fault.add_argument("kind", help="e.g. xid, driver-mismatch, nvlink-down, pcie-downtrain")
+    fault.add_argument("args", nargs="*", help="fault arguments, e.g. the Xid code")
+    fault.add_argument("--survive-reboot", action="store_true")
+    fault.set_defaults(func=cmd_lab_fault)
+    clear = lab_verbs.add_parser("clear", parents=[common, name], help="clear a node's faults")
+    clear.add_argument("node")
+    clear.add_argument("kind", nargs="?")
+    clear.add_argument(
+        "--reboot",
+        action="store_true",
+        help="also reboot: the kernel log keeps a fault's Xid lines until then",
+    )
+    clear.set_defaults(func=cmd_lab_clear)
+    rb = lab_verbs.add_parser("reboot", parents=[common, name], help="power-cycle a node")
+    rb.add_argument("node")
+    rb.set_defaults(func=cmd_lab_reboot)
+
+
+def cmd_lab_up(args) -> Outcome:
+    from gpuboot_lab import lab
+
+    created = lab.up(
+        args.name, args.nodes, args.profile, progress=_progress(args), stack=args.stack
+    )
+    doc = {
+        "lab": created.name,
+        "profile": created.profile,
+        "inventory": str(created.inventory),
+        "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes],
+    }
+    text = (
+        f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
+        f"inventory: {created.inventory}\n"
+        f"next: gpuboot install -i {created.inventory}"
+    )
+    return Outcome(EXIT_OK, doc, text)
+
+
+def cmd_lab_image(args) -> Outcome:
+    from gpuboot_lab.image import ensure_image, image_tag
+    from gpuboot_lab.podman import exists
+
+    if not exists("image", image_tag()):
+        _progress(args)("building the lab node image from Debian's archive (about 90 s, once)")
+    tag = ensure_image()
+    return Outcome(EXIT_OK, {"image": tag}, f"lab node image: {tag}")
+
+
+def cmd_lab_status(args) -> Outcome:
+    from gpuboot.ui import table
+    from gpuboot_lab import lab
+
+    labs = lab.status(args.name)
+    rows = [
+        (entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
+        for entry in labs
+        for n in entry["nodes"]
+    ]
+    text = table(("lab", "profile", "node", "ip", "state"), rows) if rows else "no labs"
+    return Outcome(EXIT_OK, {"labs": labs}, text)
+
+
+def cmd_lab_down(args) -> Outcome:
+    from gpuboot_lab import lab
+
+    doc = lab.down(args.name)
+    return Outcome(EXIT_OK, doc, f"lab {args.name}: removed {len(doc['removed'])} podman objects")
+
+
+def cmd_lab_fault(args) -> Outcome:
+    from gpuboot_lab import lab
+
+    extra = ["--survive-reboot"] if args.survive_reboot else []
+    out = lab.emulator_ctl(args.name, args.node, "fault", "add", args.kind, *args.args, *extra)
+    doc = {"lab": args.name, "node": args.node, "fault": args.kind, "args": args.args}
+    return Outcome(EXIT_OK, doc, out.strip() or f"{args.node}: fault {args.kind} injected")
+
+
+def cmd_lab_clear(args) -> Outcome:
+    from gpuboot_lab import lab
+
+    out = lab.emulator_ctl(
+        args.name, args.node, "fault", "clear", *([args.kind] if args.kind else [])
+    )
+    if args.reboot:
+        lab.reboot(args.name, args.node)
+    doc = {
+        "lab": args.name,
+        "node": args.node,
+        "cleared": args.kind or "all",
+        "rebooted": args.reboot,
+    }
+    text = out.strip() or f"{args.node}: faults cleared"
+    return Outcome(EXIT_OK, doc, text + (" and node rebooted" if args.reboot else ""))
+
+
+def cmd_lab_reboot(args) -> Outcome:
+    from gpuboot_lab import lab
+
+    lab.reboot(args.name, args.node)
+    return Outcome(
+        EXIT_OK, {"lab": args.name, "node": args.node, "rebooted": True}, f"{args.node}: rebooted"
+    )
