@@ -1,8 +1,8 @@
 """`gpuboot certify` and `gpuboot evaluate`: verdicts per node from evidence.
 
-certify runs the testinfra checks (gpuboot/checks/test_node.py) over SSH through
-pytest, keeping the raw evidence as a bundle; evaluate re-judges a bundle offline
-with the same rules, touching no host.
+certify runs the engine (gpuboot/engine.py: collection over SSH, pair probes, the
+bundle, the rules), keeping the raw evidence as a bundle; evaluate re-judges a bundle
+offline with the same rules, touching no host.
 """
 
 from __future__ import annotations
@@ -12,16 +12,15 @@ import hashlib
 import json
 import os
 import stat
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from gpuboot import __version__, paths
+from gpuboot import engine
+from gpuboot.bundle_meta import write_manifest as _manifest  # noqa: F401  (tests, sample bundles)
 from gpuboot.checks import rules
 from gpuboot.collect import (
     MANIFEST,
@@ -33,117 +32,15 @@ from gpuboot.collect import (
     read_file_capped,
     read_host_files,
 )
-from gpuboot.errors import BadInput, GpubootError, RunError
-from gpuboot.inventory import load_inventory, select_hosts
+from gpuboot.engine import node_report as _node_report
+from gpuboot.errors import BadInput, GpubootError
+from gpuboot.inventory import Inventory
 from gpuboot.profiles import list_profiles, load_profile
 from gpuboot.profiles import validate as validate_profile
-from gpuboot.runner import failure_reason, last_line
-
-CHECKS = paths.PACKAGE_DIR / "checks" / "test_node.py"
-
-
-class _Collector:
-    """pytest plugin: folds each check's report into (host, rule) -> Finding."""
-
-    def __init__(self) -> None:
-        self.findings: dict[str, dict[str, rules.Finding]] = {}
-        self.interrupted = False  # Ctrl-C: pytest catches it and returns exit 2
-
-    def pytest_keyboard_interrupt(self, excinfo) -> None:
-        self.interrupted = excinfo.errisinstance(KeyboardInterrupt)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        report = outcome.get_result()
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        host, rule_id = params.get("_testinfra_host"), params.get("rule_id")
-        if host is None or rule_id is None or report.when == "teardown":
-            return
-        name = host.backend.get_hostname()
-        rule = rules.RULES_BY_ID[rule_id]
-        recorded = dict(report.user_properties).get("finding")
-        if recorded:
-            self.findings.setdefault(name, {})[rule_id] = rules.Finding(**recorded)
-        elif report.failed:  # the rule or its evidence raised: the harness could not judge
-            exc = call.excinfo.value if call.excinfo else None
-            # one short line: an unreachable node's 27 findings each carry it
-            reason = failure_reason(exc) if exc else last_line(report.longreprtext)
-            self.findings.setdefault(name, {})[rule_id] = rules.Finding(
-                rule.id,
-                rule.title,
-                rules.ERROR,
-                f"cannot judge: {reason}",
-                "fix the harness or reach the node, then certify again",
-            )
-
-
-def _node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
-    """Findings as {rule,title,status,reason,action,severity,applicable}; every measured
-    figure (median, band, margin, % of the physical limit) in ``measurements``."""
-    out, measurements = [], []
-    for f in findings:
-        d = dict(f.__dict__)
-        measurements += [{**m, "rule": f.rule} for m in d.pop("measurements", [])]
-        out.append(d)
-    return {
-        "host": host,
-        "verdict": rules.verdict(findings),
-        "findings": out,
-        "measurements": measurements,
-    }
-
-
-def _sha256_file(path: Path) -> str | None:
-    """The file's sha256, or None for anything but a regular file (never through a link)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        digest = hashlib.sha256()
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
-    """MANIFEST.json: every regular file's sha256 (links are not followed nor listed:
-    evaluate refuses them), written 0600; the bundle tree stays the operator's (0700)."""
-    files = {}
-    for top, dirs, names in os.walk(bundle):  # never descends through a linked directory
-        dirs.sort()
-        for name in sorted(names):
-            rel = str((Path(top) / name).relative_to(bundle))
-            if rel != MANIFEST and (digest := _sha256_file(Path(top) / name)) is not None:
-                files[rel] = digest
-    manifest = {
-        "run_id": run_id,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpuboot": __version__,
-        "hosts": {r["host"]: r["verdict"] for r in reports},
-        "files": files,
-    }
-    paths.private_dir(bundle)
-    paths.write_private(bundle / MANIFEST, json.dumps(manifest, indent=2))
-
-
-def _forget_testinfra_hosts() -> None:
-    """testinfra keeps its hosts and the inventory variables it read per inventory path
-    for the life of the process: a second run in one process (a library caller, a test)
-    would judge against the variables of the first. Start each run from the file."""
-    from testinfra.host import Host
-    from testinfra.utils.ansible_runner import AnsibleRunner
-
-    AnsibleRunner._runners.clear()
-    Host._host_cache.clear()
-    Host._hosts_cache.clear()
 
 
 def certify(
-    inventory: str,
+    inventory: str | Path | Inventory,
     *,
     limit: str | None = None,
     bundle_root: str | None = None,
@@ -153,7 +50,6 @@ def certify(
     """Certify the inventory's nodes. ``probes`` (none|quick|full) overrides each host's
     ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does."""
     from gpuboot.probes import LEVELS
-    from gpuboot.runner import new_run_dir
 
     if probes is not None and probes not in LEVELS:
         raise BadInput(
@@ -161,54 +57,11 @@ def certify(
             where="--probes",
             hint=f"use one of: {', '.join(LEVELS)}",
         )
-
-    inv = load_inventory(inventory)  # profiles, pins and stacks checked before any SSH
-    hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
-    run_id, run_dir = new_run_dir("certify")
-    bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
-    bundle.mkdir(parents=True, exist_ok=True)
-    collector = _Collector()
-    paths.put_venv_on_path()  # testinfra runs ansible-inventory by name
-    args = [
-        str(CHECKS),
-        # One exact host per spec: testinfra splits --hosts at commas and matches each
-        # with fnmatch, so a pattern handed over as it came would mean something else.
-        "--hosts=" + ",".join(f"ansible://{h}" for h in hosts),
-        f"--ansible-inventory={inv.path}",
-        f"--gpuboot-bundle={bundle}",
-        *([f"--gpuboot-probes={probes}"] if probes else []),
-        "-p",
-        "no:cacheprovider",
-        f"--rootdir={CHECKS.parent}",
-        "-c",
-        "/dev/null",
-        "-q",
-    ]
-    progress(f"certify: collecting evidence and checking {len(hosts)} host(s)")
-    started = time.monotonic()
-    _forget_testinfra_hosts()
-    with open(run_dir / "pytest.log", "w") as log, contextlib.redirect_stdout(log):
-        rc = pytest.main(args, plugins=[collector])
-    if collector.interrupted:
-        raise KeyboardInterrupt(f"certify stopped before a verdict; its log: {run_dir}/pytest.log")
-    if rc not in (0, 1) or not collector.findings:
-        raise RunError(
-            f"the check run broke (pytest exit {rc})",
-            where=str(run_dir / "pytest.log"),
-            hint="read the log",
-        )
-    reports = [_node_report(h, list(f.values())) for h, f in sorted(collector.findings.items())]
-    _manifest(bundle, run_id, reports)
-    report = {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "bundle": str(bundle),
-        "elapsed_s": round(time.monotonic() - started, 2),
-        "passed": all(r["verdict"] == rules.PASS for r in reports),
-        "probes": probes,
-        "nodes": reports,
-    }
-    (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    result = engine.run(
+        inventory, limit=limit, probes=probes, bundle_root=bundle_root, progress=progress
+    )
+    report = result.to_dict()
+    (result.run_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
 

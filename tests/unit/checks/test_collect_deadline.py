@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
+from gpuboot import node_collect as node_fixtures
 from gpuboot import remote
-from gpuboot.checks import conftest as node_fixtures
 from gpuboot.collect import Probe
 
 _SSH = "import sys, time; time.sleep(float(sys.argv[1])); print('answered')"

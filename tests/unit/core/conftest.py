@@ -16,7 +16,7 @@ def guard(tmp_path, monkeypatch) -> list[tuple[str, tuple, dict]]:
     dir root are fresh dirs."""
     import testinfra
 
-    from gpuboot import certify, install
+    from gpuboot import engine, install
 
     calls: list[tuple[str, tuple, dict]] = []
 
@@ -28,7 +28,7 @@ def guard(tmp_path, monkeypatch) -> list[tuple[str, tuple, dict]]:
         return fake
 
     monkeypatch.setattr(install, "run", stop("ansible-runner"))
-    monkeypatch.setattr(certify.pytest, "main", stop("testinfra checks"))
+    monkeypatch.setattr(engine, "collect_nodes", stop("certify collection"))
     monkeypatch.setattr(testinfra, "get_hosts", stop("testinfra hosts"))
     monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))

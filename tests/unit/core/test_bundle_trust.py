@@ -26,10 +26,11 @@ import pytest
 import yaml
 
 from gpuboot import collect
+from gpuboot.bundle_meta import BUNDLE_VARS
 from gpuboot.certify import _manifest, _node_report, evaluate_bundle
 from gpuboot.checks import rules
-from gpuboot.checks.conftest import BUNDLE_VARS, _collect
 from gpuboot.collect import ProbeOutput, write_host_bundle
+from gpuboot.node_collect import collect_node
 from gpuboot.profiles import PROFILE_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checks"))
@@ -346,13 +347,13 @@ def _fake_host(hostvars: dict, procfs: Path):
 
 def test_no_credential_token_or_password_reaches_the_bundle(tmp_path):
     hostvars = {**SECRETS, "gpuboot_procfs": str(tmp_path), "gpuboot_probes": "none"}
-    entry = _collect(_fake_host(hostvars, tmp_path))
-    write_host_bundle(tmp_path / "bundle" / "n1", entry["evidence"], entry["meta"])
+    entry = collect_node("n1", _fake_host(hostvars, tmp_path), hostvars)
+    write_host_bundle(tmp_path / "bundle" / "n1", entry.evidence, entry.meta)
     files = (tmp_path / "bundle").rglob("*")
     text = "\n".join(p.read_text(errors="replace") for p in files if p.is_file())
     for leaked in ("hunter2-mirror", "nvapi-TOKEN-3f9c", "pw-8d1e", "s3cr3t-ofed"):
         assert leaked not in text
-    pins = entry["meta"]["pins"]
+    pins = entry.meta["pins"]
     assert pins["gpuboot_thresholds"] == {"warn_below": 0.85}  # what the rules read stays
     assert set(pins) <= BUNDLE_VARS
 

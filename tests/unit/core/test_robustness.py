@@ -396,18 +396,14 @@ def test_ctrl_c_during_a_play_ends_ansible_playbook_and_raises_keyboard_interrup
 def test_certify_interrupted_raises_keyboard_interrupt_without_blaming_limit(
     tmp_path, home, monkeypatch
 ):
-    """A real pytest run whose check is interrupted: not "the check run broke (--limit)"."""
-    from gpuboot import certify
+    """A run whose collection is interrupted: not "the check run broke (--limit)"."""
+    from gpuboot import certify, transport
 
-    checks = tmp_path / "checks"
-    checks.mkdir()
-    (checks / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    parser.addoption('--gpuboot-bundle')\n"
-        "    parser.addoption('--gpuboot-probes')\n"
-    )
-    (checks / "test_node.py").write_text("def test_probe():\n    raise KeyboardInterrupt\n")
-    monkeypatch.setattr(certify, "CHECKS", checks / "test_node.py")
+    class Interrupted:
+        def run(self, _command):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Interrupted())
     with pytest.raises(KeyboardInterrupt) as exc:
         certify.certify(str(_inventory(tmp_path)))
     assert "--limit" not in str(exc.value) and "certify" in str(exc.value)
@@ -516,17 +512,11 @@ def test_end_play_processes_finds_a_play_by_its_environment(tmp_path):
 
 
 def test_unreachable_node_reason_is_short_and_never_the_script(monkeypatch):
-    from gpuboot.checks import conftest
+    from gpuboot import node_collect
 
-    class Host(FakeHost):
-        def __init__(self):
-            super().__init__("n1", reachable=False)
-            self.backend.NAME = "ansible"
-            self.ansible = type("A", (), {"get_variables": lambda _s: dict(_pins())})()
-
-    monkeypatch.setattr(conftest, "script", lambda *_a, **_k: SCRIPT)
-    with pytest.raises(conftest.HostUnreachable) as exc:
-        conftest._collect(Host())
+    monkeypatch.setattr(node_collect, "script", lambda *_a, **_k: SCRIPT)
+    with pytest.raises(node_collect.HostUnreachable) as exc:
+        node_collect.collect_node("n1", FakeHost("n1", reachable=False), _pins())
     text = str(exc.value)
     assert REFUSED in text and "echo probe" not in text and len(text) < 400
 

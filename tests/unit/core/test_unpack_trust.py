@@ -196,11 +196,11 @@ def test_bundle_tree_is_private_and_never_written_through_a_link(tmp_path):
 
 
 def test_certify_collection_refuses_a_hostile_answer_for_that_host(tmp_path):
-    """conftest._collect passes the script's own expected set: a node answering with a
+    """node_collect.collect_node passes the script's own expected set: a node answering with a
     climbing name is that host's ERROR, named, and nothing lands on the controller."""
     from types import SimpleNamespace
 
-    from gpuboot.checks.conftest import _collect
+    from gpuboot.node_collect import collect_node
 
     hostile = _payload(*_good(("../../escaped.txt", "pwned\n")))
     host = SimpleNamespace(
@@ -209,5 +209,5 @@ def test_certify_collection_refuses_a_hostile_answer_for_that_host(tmp_path):
         run=lambda _cmd: SimpleNamespace(rc=0, stdout=hostile, stderr=""),
     )
     with pytest.raises(collect.NodeAnswerRejected) as info:
-        _collect(host)
+        collect_node("node7", host, {"gpuboot_probes": "none"})
     assert info.value.where == "node7" and "../../escaped.txt" in info.value.message

@@ -1,0 +1,136 @@
+"""What a bundle records besides the raw evidence: each host's meta.json (the context
+`gpuboot evaluate` needs to judge as certify did) and the run's MANIFEST.json.
+
+meta.json keeps an allow-list of the host's variables, never one named like a secret:
+an inventory also holds mirror URLs with credentials, tokens and passwords.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuboot import __version__, paths
+from gpuboot.collect import MANIFEST, Probe
+
+# What meta.json's "pins" records of a host's variables: exactly what the rules read
+# (ctx.var / ctx.enabled / hostvars in gpuboot/checks and gpuboot/probes) and the
+# stack's pins, so `gpuboot evaluate` judges as certify did. Nothing else.
+_COMPONENTS = (
+    "nvidia_fabricmanager",
+    "nvidia_nscq",
+    "cuda_toolkit",
+    "doca_ofed",
+    "nvidia_fs",
+    "nvidia_container_toolkit",
+    "dcgm",
+)
+BUNDLE_VARS = frozenset(
+    {
+        "gpuboot_profile",
+        "gpuboot_stack",
+        "gpuboot_os_family",
+        "gpuboot_probes",
+        "gpuboot_baseline_manage_kernel",
+        "gpuboot_roce_pfc_priorities",
+        "gpuboot_roce_trust",
+        "gpuboot_thresholds",
+        "gpuboot_mig",
+        "nvidia_mig_layout",
+        "kernel_version",
+        "kernel_package_version",
+        "kernel_packages",
+        "kernel_hold_method",
+        "kernel_hold_packages",
+        "nvidia_driver_branch",
+        "nvidia_driver_version",
+        "nvidia_driver_flavor",
+        "nvidia_driver_packages",
+        "nvidia_driver_module_stream",
+        "nvidia_peermem_enabled",
+        *(f"{c}_{k}" for c in _COMPONENTS for k in ("enabled", "package", "version", "packages")),
+    }
+)
+_SECRET_WORDS = ("password", "passwd", "token", "secret", "credential", "_key")
+_URL_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+
+
+def _scrub(value: Any) -> Any:
+    """Credentials out of any URL in a recorded value (``https://user:pw@host`` -> host)."""
+    if isinstance(value, str):
+        return _URL_USERINFO.sub(r"\1", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    return value
+
+
+def bundle_pins(hostvars: dict) -> dict:
+    """The allow-listed variables a bundle records (never one named like a secret)."""
+    return {
+        k: _scrub(v)
+        for k, v in sorted(hostvars.items())
+        if k in BUNDLE_VARS and not any(w in k.lower() for w in _SECRET_WORDS)
+    }
+
+
+def node_meta(
+    name: str, hostvars: dict, level: str, probes: Sequence[Probe], started: float
+) -> dict:
+    """A host's meta.json as certify keeps it: what `gpuboot evaluate` needs to judge the
+    bundle as certify did (profile, the allow-listed variables, the probe level), no more."""
+    return {
+        "host": name,
+        "profile": hostvars.get("gpuboot_profile"),
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "collect_s": round(time.time() - started, 3),
+        "gpuboot": __version__,
+        "pins": bundle_pins(hostvars),
+        "probes": level,
+        "commands": {p.file: p.command for p in probes},
+    }
+
+
+def _sha256_file(path: Path) -> str | None:
+    """The file's sha256, or None for anything but a regular file (never through a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
+    """MANIFEST.json: every regular file's sha256 (links are not followed nor listed:
+    evaluate refuses them), written 0600; the bundle tree stays the operator's (0700).
+    ``reports`` are node reports ({host, verdict, ...}): the run's hosts and verdicts."""
+    files = {}
+    for top, dirs, names in os.walk(bundle):  # never descends through a linked directory
+        dirs.sort()
+        for name in sorted(names):
+            rel = str((Path(top) / name).relative_to(bundle))
+            if rel != MANIFEST and (digest := _sha256_file(Path(top) / name)) is not None:
+                files[rel] = digest
+    manifest = {
+        "run_id": run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpuboot": __version__,
+        "hosts": {r["host"]: r["verdict"] for r in reports},
+        "files": files,
+    }
+    paths.private_dir(bundle)
+    paths.write_private(bundle / MANIFEST, json.dumps(manifest, indent=2))

@@ -1,0 +1,227 @@
+"""certify's engine, plain Python (no pytest): the inventory loaded and checked once ->
+a transport per node -> each node's evidence, in parallel, kept per host -> the pair
+phase -> the bundle -> the rules -> a typed report.
+
+One broken node never stops the others: whatever keeps a node from being judged (ssh
+failed, a hostile answer, its deadline passed, its evidence could not be kept) makes
+that node ERROR with one short reason, and the others are judged as usual.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuboot import paths
+from gpuboot.bundle_meta import write_manifest
+from gpuboot.checks import rules
+from gpuboot.checks.pair_phase import run_pair_probes
+from gpuboot.collect import ProbeOutput, bundle_host_dir, write_host_bundle
+from gpuboot.errors import GpubootError, RunError
+from gpuboot.inventory import Inventory, load_inventory, select_hosts
+from gpuboot.node_collect import HostUnreachable, NodeEvidence, collect_node
+from gpuboot.runner import failure_reason
+
+MAX_PARALLEL = 32
+UNJUDGED_ACTION = "fix the harness or reach the node, then certify again"
+
+# (inventory host, its checked variables) -> an object with testinfra's run(command)
+Transport = Callable[[str, dict[str, Any]], Any]
+Outcome = NodeEvidence | Exception  # a node's evidence, or why there is none
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    host: str
+    findings: tuple[rules.Finding, ...]
+
+    @property
+    def verdict(self) -> str:
+        return rules.verdict(list(self.findings))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Findings as {rule,title,status,reason,action,severity,applicable}; every measured
+        figure (median, band, margin, % of the physical limit) in ``measurements``."""
+        out, measurements = [], []
+        for f in self.findings:
+            d = dict(f.__dict__)
+            measurements += [{**m, "rule": f.rule} for m in d.pop("measurements", [])]
+            out.append(d)
+        return {
+            "host": self.host,
+            "verdict": self.verdict,
+            "findings": out,
+            "measurements": measurements,
+        }
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    run_dir: Path
+    bundle: Path
+    elapsed_s: float
+    probes: str | None  # the run's override of each host's gpuboot_probes, if any
+    nodes: tuple[NodeReport, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(n.verdict == rules.PASS for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON `gpuboot certify` prints and keeps as report.json."""
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "bundle": str(self.bundle),
+            "elapsed_s": self.elapsed_s,
+            "passed": self.passed,
+            "probes": self.probes,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+
+def node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
+    """One node's report as JSON (certify's and evaluate's)."""
+    return NodeReport(host, tuple(findings)).to_dict()
+
+
+def unjudged(host: str, exc: BaseException) -> NodeReport:
+    """Every rule ERROR with one short reason: the harness could not judge the node (its
+    27 findings each carry the reason, so never the whole collection script)."""
+    reason = f"cannot judge: {failure_reason(exc)}"
+    return NodeReport(
+        host,
+        tuple(
+            rules.Finding(r.id, r.title, rules.ERROR, reason, UNJUDGED_ACTION, r.severity)
+            for r in rules.RULES
+        ),
+    )
+
+
+def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``fn`` over ``items`` on up to MAX_PARALLEL threads. On Ctrl-C nothing queued
+    starts and the interrupt is not held up by calls still waiting on a node."""
+    pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(items))))
+    try:
+        results = list(pool.map(fn, items))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
+
+
+def _pair_runner(hosts: Mapping[str, Any]):
+    def run(name: str, command: str) -> ProbeOutput:
+        try:
+            out = hosts[name].run(command)
+        except Exception as exc:  # an SSH failure is the pair's failure, not the run's
+            return ProbeOutput("", str(exc), 255)
+        return ProbeOutput(out.stdout, out.stderr, out.rc)
+
+    return run
+
+
+def collect_nodes(
+    targets: Mapping[str, tuple[Any, dict[str, Any]]], level: str | None = None
+) -> dict[str, Outcome]:
+    """Every node's evidence (``targets``: name -> (transport host, variables)), one round
+    trip per node in parallel, then the pair probes among the nodes that answered. A node's
+    exception is kept as its outcome; KeyboardInterrupt ends the run."""
+
+    def attempt(name: str) -> Outcome:
+        host, hostvars = targets[name]
+        try:
+            return collect_node(name, host, hostvars, level)
+        except Exception as exc:  # kept per host: one broken node never stops the others
+            return exc
+
+    names = list(targets)
+    store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
+    ok = {n: e.entry() for n, e in store.items() if isinstance(e, NodeEvidence)}
+    run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}))
+    return store
+
+
+def keep_bundle(bundle: Path, store: dict[str, Outcome]) -> None:
+    """``<bundle>/<host>/`` for every node that answered; a node whose evidence cannot be
+    kept safely becomes that node's ERROR, not the run's."""
+    for name, entry in list(store.items()):
+        if not isinstance(entry, NodeEvidence):
+            continue
+        try:
+            write_host_bundle(bundle_host_dir(bundle, name), entry.evidence, entry.meta)
+        except (GpubootError, OSError) as exc:
+            store[name] = exc
+
+
+def judge(name: str, outcome: Outcome) -> NodeReport:
+    if isinstance(outcome, Exception):
+        return unjudged(name, outcome)
+    if outcome.profile is None:
+        return unjudged(name, HostUnreachable("host has no gpuboot_profile", where=name))
+    ctx = rules.NodeContext(
+        host=name, profile=outcome.profile, hostvars=outcome.hostvars, meta=outcome.meta
+    )
+    return NodeReport(name, tuple(rules.evaluate(outcome.evidence, ctx)))
+
+
+def run(
+    inventory: str | Path | Inventory,
+    *,
+    limit: str | None = None,
+    probes: str | None = None,
+    bundle_root: str | Path | None = None,
+    progress: Callable[[str], None] = lambda _m: None,
+    transport: Transport | None = None,
+) -> RunReport:
+    """Certify the inventory's nodes (``limit``: Ansible's host pattern). ``inventory`` is
+    a path, loaded and checked here before any host is touched, or an Inventory a caller
+    already loaded. ``transport`` defaults to gpuboot.transport.connect."""
+    from gpuboot.runner import new_run_dir
+
+    inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+    hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
+    if transport is None:
+        from gpuboot.transport import connect
+
+        paths.put_venv_on_path()  # the paramiko path runs `ansible` by name
+
+        def transport(name: str, hostvars: dict[str, Any]) -> Any:
+            return connect(name, hostvars, inv.path)
+
+    run_id, run_dir = new_run_dir("certify")
+    bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
+    paths.private_dir(bundle)
+    progress(f"certify: collecting evidence and checking {len(hosts)} host(s)")
+    started = time.monotonic()
+    targets: dict[str, tuple[Any, dict[str, Any]]] = {}
+    failed: dict[str, Outcome] = {}
+    for name in hosts:
+        try:
+            targets[name] = (transport(name, inv.hosts[name]), inv.hosts[name])
+        except Exception as exc:  # a transport that cannot be built: that node's ERROR
+            failed[name] = exc
+    try:
+        store = {**collect_nodes(targets, probes), **failed}
+    except KeyboardInterrupt:
+        stopped = f"certify stopped before a verdict; its run dir: {run_dir}"
+        raise KeyboardInterrupt(stopped) from None
+    keep_bundle(bundle, store)
+    nodes = tuple(judge(name, store[name]) for name in sorted(store))
+    if not nodes:
+        raise RunError("nothing could be judged", where=str(run_dir), hint="read the run dir")
+    write_manifest(bundle, run_id, [n.to_dict() for n in nodes])
+    return RunReport(
+        run_id=run_id,
+        run_dir=run_dir,
+        bundle=bundle,
+        elapsed_s=round(time.monotonic() - started, 2),
+        probes=probes,
+        nodes=nodes,
+    )

@@ -1,0 +1,97 @@
+"""One node's evidence over its transport: the collection script in one round trip,
+cut off at the controller's deadline, the answer unpacked within limits.
+
+Shared by certify's engine (gpuboot/engine.py) and the pytest-testinfra checks
+(gpuboot/checks/conftest.py): one implementation, whatever started the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuboot.bundle_meta import node_meta
+from gpuboot.collect import Evidence, NodeAnswerRejected, Probe, script, state_probes, unpack
+from gpuboot.errors import GpubootError
+from gpuboot.inventory import with_derived
+from gpuboot.probes import node_probes, resolve_level
+from gpuboot.profiles import load_profile
+from gpuboot.remote import RemoteTimeout, run_with_deadline
+from gpuboot.runner import failure_reason, last_line
+
+# Beyond the probes' own `timeout`s: ssh set-up, the tar, a slow node. A tool stuck in
+# the kernel (D state) outlives `timeout` on the node, and a hostile node may simply never
+# answer: the controller's own deadline is what keeps one node from holding the run.
+COLLECT_MARGIN_S = 60
+
+
+class HostUnreachable(GpubootError):
+    """Evidence could not be collected (SSH failed or the node's shell broke)."""
+
+
+@dataclass
+class NodeEvidence:
+    """What one node answered, and the context its rules are judged in. ``evidence`` and
+    ``meta`` are mutable: the pair phase adds its files and its attribution."""
+
+    host: str
+    evidence: Evidence
+    hostvars: dict[str, Any]  # the inventory's, with gpuboot's derived variables applied
+    meta: dict[str, Any]  # meta.json as the bundle keeps it
+    profile: dict[str, Any] | None
+
+    def entry(self) -> dict[str, Any]:
+        """The pair phase's view (gpuboot.checks.pair_phase): the same dicts, not copies."""
+        return {
+            "evidence": self.evidence,
+            "hostvars": self.hostvars,
+            "meta": self.meta,
+            "profile": self.profile,
+        }
+
+
+def collect_deadline(hostvars: dict, probes: Sequence[Probe]) -> float:
+    """Seconds a node's collection may take: its probes' timeouts end to end plus a
+    margin, or the host's ``gpuboot_collect_timeout``."""
+    own = hostvars.get("gpuboot_collect_timeout")
+    if isinstance(own, int | float) and not isinstance(own, bool) and own > 0:
+        return float(own)
+    return float(sum(p.timeout for p in probes) + COLLECT_MARGIN_S)
+
+
+def collect_node(
+    name: str, host: Any, hostvars: dict[str, Any], level_override: str | None = None
+) -> NodeEvidence:
+    """Collect ``name``'s evidence through ``host`` (anything with testinfra's
+    ``run(command)``). Raises HostUnreachable, RemoteTimeout or NodeAnswerRejected, each
+    naming the host: the caller keeps it as that host's ERROR."""
+    hostvars = with_derived(hostvars)  # the stack's pins, the MIG layout: what checks expect
+    procfs = hostvars.get("gpuboot_procfs", "/proc")
+    sysfs = hostvars.get("gpuboot_sysfs", "/sys")
+    profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
+    level = resolve_level(hostvars, level_override)
+    state = state_probes(profile, hostvars)
+    bandwidth = node_probes(profile, hostvars, level) if profile else []
+    started = time.time()
+    deadline = collect_deadline(hostvars, (*state, *bandwidth))
+    try:
+        cmd = run_with_deadline(
+            host, script(procfs, sysfs, state, bandwidth), deadline, "evidence collection"
+        )
+    except RemoteTimeout as exc:
+        exc.where = name
+        raise
+    except Exception as exc:  # ssh failed (testinfra: RuntimeError carrying the script)
+        raise HostUnreachable(f"unreachable: {failure_reason(exc)}", where=name) from None
+    if cmd.rc != 0 or not cmd.stdout.strip():
+        why = last_line(cmd.stderr) or last_line(cmd.stdout) or f"exit {cmd.rc}"
+        raise HostUnreachable(f"evidence collection failed (exit {cmd.rc}): {why}", where=name)
+    try:
+        evidence = unpack(cmd.stdout.strip(), state, bandwidth)
+    except NodeAnswerRejected as exc:
+        exc.where = name
+        raise
+    meta = node_meta(name, hostvars, level, (*state, *bandwidth), started)
+    return NodeEvidence(name, evidence, hostvars, meta, profile)
