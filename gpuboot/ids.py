@@ -64,6 +64,7 @@ OUTSIDE_CERTIFY: dict[str, str] = {
     "never a bandwidth within band",
     "PRB-010": "probe tools (see PRB-009)",
     "PRB-011": "probe tools (see PRB-009)",
+    "PRB-012": "probe tools (see PRB-009)",
     "K8S-003": "the kubelet's registration taint: the Kubernetes join gate lifts it, no rule",
 }
 
