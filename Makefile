@@ -10,7 +10,7 @@ DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client 
                 ca-certificates python3-venv chromium
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup demo test test-unit lint bench clean
+.PHONY: setup demo test test-gate test-lab test-unit lint bench clean
 
 setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/image
 
@@ -40,9 +40,14 @@ $(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot_lab/image/build-node-im
 demo: setup
 	scripts/demo.sh
 
-# Two tiers: the unit tier (about 3 min) fails a broken change before any lab starts.
-test: setup lint
+# Two tiers. The gate (lint, then the unit tier with -x: minutes) fails a broken change
+# before the lab image is built or any lab starts; then the lab/molecule/browser tier.
+test: test-gate test-lab
+
+test-gate: $(STAMPS)/system lint
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser" -x -q
+
+test-lab: test-gate $(STAMPS)/image
 	$(BIN)/python -m pytest tests -m "lab or molecule or browser"
 
 test-unit: $(STAMPS)/venv
