@@ -268,6 +268,21 @@ def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
     return "".join(lines)
 
 
+def _remediate_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+    """Per failed rule that tasks make true, the install that runs them alone (ids.link_report
+    put it in the findings), once with the nodes it concerns."""
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        for f in node["findings"]:
+            if f.get("remediate"):
+                groups.setdefault(f["remediate"], []).append(node["host"])
+    lines = []
+    for command, hosts in groups.items():
+        on = ", ".join(hosts) if len(hosts) <= named else f"{len(hosts)} nodes"
+        lines.append(f"\n  remediate: {command} on {on}")
+    return "".join(lines)
+
+
 def _verdict_text(report: dict[str, Any]) -> str:
     from gpuboot.ui import printable, table
 
@@ -289,6 +304,7 @@ def _verdict_text(report: dict[str, Any]) -> str:
         for (status, reason), rules_ in _by_reason(_not_passed(node)[1:]).items():
             what = " ".join(rules_) if len(rules_) > 1 else f"{rules_[0]}"
             text += f"\n  {host}: {status} {what}: {reason}"
+    text += _remediate_text(report["nodes"])
     text += _skipped_text(report["nodes"])
     if report.get("bundle"):
         text += f"\nevidence bundle: {report['bundle']}"
@@ -412,6 +428,7 @@ def _certify_inventory(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot import certify
+    from gpuboot.ids import link_report
     from gpuboot.report import write_reports
 
     report = certify.certify(
@@ -421,6 +438,7 @@ def _certify_inventory(args) -> Outcome:
         progress=_progress(args),
         probes=args.probes,
     )
+    link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
     written = write_reports(
         report,
         Path(report["run_dir"]) / "reports",
@@ -506,6 +524,7 @@ def _scan_inventory(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot import scan
+    from gpuboot.ids import link_report
     from gpuboot.report import write_reports
     from gpuboot.report._util import atomic_write
 
@@ -516,6 +535,7 @@ def _scan_inventory(args) -> Outcome:
         history=Path(args.history) if args.history else None,
         progress=_progress(args),
     )
+    link_report(report)
     written = write_reports(report, Path(report["run_dir"]) / "reports", key_path=None)
     report["reports"] = {name: str(path) for name, path in written.items()}
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
@@ -542,9 +562,12 @@ def _scan_inventory(args) -> Outcome:
 
 def cmd_evaluate(args) -> Outcome:
     from gpuboot import certify
+    from gpuboot.ids import link_report
 
-    report = certify.evaluate_bundle(
-        args.bundle, profile=args.profile, ignore_manifest=args.ignore_manifest
+    report = link_report(
+        certify.evaluate_bundle(
+            args.bundle, profile=args.profile, ignore_manifest=args.ignore_manifest
+        )
     )
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
     return Outcome(code, report, _verdict_text(report))

@@ -189,8 +189,13 @@ def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
     )
 
 
-def _finding(status: str, head: str, title: str, reason: str, action: str | None) -> str:
+def _finding(
+    status: str, head: str, title: str, reason: str, action: str | None, fix: str | None = None
+) -> str:
     act = f'<div class="action"><b>Action:</b> {_e(action)}</div>' if action else ""
+    # the tasks tagged with the rule (gpuboot.ids.link_report): the remediation, runnable alone
+    if fix:
+        act += f'<div class="action"><b>Remediate:</b> <span class="mono">{_e(fix)}</span></div>'
     return (
         f'<div class="finding"><div>{badge(status)}</div><div><div class="title">'
         f'<span class="mono">{_e(head)}</span> {_e(title)}</div>'
@@ -213,6 +218,7 @@ def _failures(nodes: list[dict[str, Any]]) -> str:
                     str(f.get("title", "")),
                     str(f.get("reason", "")),
                     f.get("action"),
+                    f.get("remediate"),
                 )
             )
         missing = []

@@ -78,6 +78,7 @@ def build(report: dict[str, Any]) -> ET.Element:
             status = str(f.get("status"))
             reason = str(f.get("reason", ""))
             detail = reason + (f"\naction: {f['action']}" if f.get("action") else "")
+            detail += f"\nremediate: {f['remediate']}" if f.get("remediate") else ""
             _case(suite, host, f"{f.get('rule')} {f.get('title')}", status, reason, detail)
             counts[status] = counts.get(status, 0) + 1
             n += 1
