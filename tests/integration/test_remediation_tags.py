@@ -1,0 +1,83 @@
+"""Remediation by tag on a converged 1-node lab: a drift certify names (STK-002: a hold
+released; NIC-002: RoCE trust moved) is repaired by `gpuboot install --tags <RULE>`, which runs
+the tasks tagged with that rule and the AUDIT tasks tagged always, nothing else; certify then
+passes the rule. One lab, tests in file order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuboot import ids
+from gpuboot_lab import lab as labmod
+
+from .conftest import gpuboot, ssh_ok
+
+pytestmark = pytest.mark.lab
+LTS = "lts-550-cuda12.4"
+# rule -> (drift on node1, its undo if the remediation fails, the reason certify gives)
+DRIFTS = {
+    "STK-002": (
+        "apt-mark unhold datacenter-gpu-manager",
+        "apt-mark hold datacenter-gpu-manager",
+        "not held: datacenter-gpu-manager",
+    ),
+    "NIC-002": (
+        "mlnx_qos -i enp26s0np0 --trust pcp",
+        "mlnx_qos -i enp26s0np0 --trust dscp",
+        "enp26s0np0 trust pcp, want dscp",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def lab(make_lab) -> labmod.Lab:
+    lab = make_lab(nodes=1, stack=LTS)
+    gpuboot("install", "-i", str(lab.inventory), "--json", check_rc=0)
+    return lab
+
+
+def finding(lab, rule: str) -> dict:
+    proc = gpuboot("certify", "-i", str(lab.inventory), "--probes", "none", "--json")
+    (node,) = json.loads(proc.stdout)["nodes"]
+    return next(f for f in node["findings"] if f["rule"] == rule)
+
+
+def ran(run_dir: str) -> dict[str, bool]:
+    """Task id -> changed, for every task the run executed on the node (skips left out)."""
+    out: dict[str, bool] = {}
+    for path in sorted((Path(run_dir) / "artifacts" / "job" / "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        if event["event"] not in ("runner_on_ok", "runner_item_on_ok"):
+            continue
+        data = event.get("event_data", {})
+        task_id = str(data.get("task", "")).split(" | ")[0]
+        if ids.ID_RE.fullmatch(task_id):
+            out[task_id] = out.get(task_id, False) or bool(data.get("res", {}).get("changed"))
+    return out
+
+
+@pytest.mark.parametrize("rule", list(DRIFTS))
+def test_install_tags_rule_repairs_what_certify_found(lab, rule):
+    drift, undo, reason = DRIFTS[rule]
+    ssh_ok(lab, drift)
+    try:
+        failed = finding(lab, rule)
+        assert failed["status"] == "FAIL" and reason in failed["reason"], failed
+        assert failed["remediate"].startswith(f"gpuboot install --tags {rule} ")
+        proc = gpuboot("install", "-i", str(lab.inventory), "--tags", rule, "--json")
+        assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+        done = ran(json.loads(proc.stdout)["run_dir"])
+        fixed = finding(lab, rule)
+    except BaseException:
+        ssh_ok(lab, undo)  # leave the node converged for the next case
+        raise
+    assert fixed["status"] == "PASS", fixed
+    tasks = {t.id: t for t in ids.tasks()}
+    stray = {i for i in done if not (rule in tasks[i].tags or tasks[i].always)}
+    assert not stray, f"--tags {rule} ran tasks not tagged with it: {sorted(stray)}"
+    changed = {i for i, c in done.items() if c}
+    assert changed and changed <= set(failed["fix_tasks"]), (changed, failed["fix_tasks"])
+    assert not any(i.startswith("CONV-") for i in done)  # no fast path, no record under --tags
