@@ -58,7 +58,7 @@ lint: $(STAMPS)/venv
 	$(BIN)/ruff check gpuboot gpuboot_lab scripts tests bench
 	$(BIN)/ruff format --check gpuboot gpuboot_lab scripts tests bench
 	$(BIN)/yamllint gpuboot/ansible molecule .config
-	ANSIBLE_ROLES_PATH=gpuboot/ansible/roles $(BIN)/ansible-lint --profile production --nocolor -q gpuboot/ansible/roles gpuboot/ansible/playbooks
+	ANSIBLE_ROLES_PATH=gpuboot/ansible/roles ANSIBLE_COLLECTIONS_PATH=gpuboot/ansible/collections $(BIN)/ansible-lint --profile production --nocolor -q gpuboot/ansible/roles gpuboot/ansible/playbooks
 
 bench: setup
 	$(BIN)/python bench/bench.py

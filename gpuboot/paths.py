@@ -123,6 +123,8 @@ PROJECT_DIR = PACKAGE_DIR.parent
 ANSIBLE_DIR = PACKAGE_DIR / "ansible"
 ROLES_DIR = ANSIBLE_DIR / "roles"
 PLAYBOOKS_DIR = ANSIBLE_DIR / "playbooks"
+# gpuboot's own collection (gpuboot.node: the package roles' modules), for ANSIBLE_COLLECTIONS_PATH
+COLLECTIONS_DIR = ANSIBLE_DIR / "collections"
 
 
 def put_venv_on_path() -> str:

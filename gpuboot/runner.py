@@ -337,6 +337,7 @@ def ansible_env(run_dir: Path) -> dict[str, str]:
     return {
         "PATH": paths.put_venv_on_path(),
         "ANSIBLE_ROLES_PATH": str(paths.ROLES_DIR),
+        "ANSIBLE_COLLECTIONS_PATH": str(paths.COLLECTIONS_DIR),  # gpuboot.node's modules
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",  # one SSH exec per task, no temp-file copy
         "ANSIBLE_GATHERING": "explicit",  # plays ask for the facts they need

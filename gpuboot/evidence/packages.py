@@ -1,11 +1,8 @@
 """Package facts: ``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'``,
 ``apt-mark showhold`` and ``apt-config dump`` lists.
 
-``db:Status-Abbrev`` is three characters (dpkg-query(1)): the desired action
-(u unknown, i install, h hold, r remove, p purge), the package state (n not-installed,
-c config-files, H half-installed, U unpacked, F half-configured, W triggers-awaiting,
-t triggers-pending, i installed) and an error flag (space, or R reinst-required).
-So ``hi `` is installed and held, ``rc `` removed with its configuration left.
+The dpkg-query reading is the one the ``gpuboot.node.pinned_packages`` module runs on
+the node (the collection's module_utils, stdlib only); here its errors become ParseError.
 ``apt-mark showhold`` prints one held package per line, ``name:arch`` for a foreign
 architecture.
 """
@@ -13,9 +10,23 @@ architecture.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from gpuboot.ansible.collections.ansible_collections.gpuboot.node.plugins.module_utils import (
+    dpkg as _dpkg,
+)
 from gpuboot.errors import ParseError
+
+DpkgPackage = _dpkg.DpkgPackage
+
+__all__ = [
+    "DPKG_QUERY",
+    "UU_BLACKLIST",
+    "DpkgPackage",
+    "installed_versions",
+    "parse_apt_config_list",
+    "parse_dpkg_query",
+    "parse_showhold",
+]
 
 DPKG_QUERY = "dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'"
 UU_BLACKLIST = "Unattended-Upgrade::Package-Blacklist"
@@ -26,36 +37,12 @@ _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?$")
 _APT_CONFIG_LINE = re.compile(r'^\S+ ".*";$')
 
 
-@dataclass(frozen=True)
-class DpkgPackage:
-    name: str
-    version: str
-    want: str  # desired action: i install, h hold, r remove, p purge, u unknown
-    state: str  # i installed, c config-files, n not installed, ...
-
-    @property
-    def installed(self) -> bool:
-        return self.state == "i"
-
-    @property
-    def held(self) -> bool:
-        return self.want == "h"
-
-
 def parse_dpkg_query(text: str) -> dict[str, DpkgPackage]:
     """Every package line of the query, installed or not (name -> package)."""
-    packages: dict[str, DpkgPackage] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if len(parts) != 3 or len(parts[2]) < 2:
-            raise ParseError(
-                "dpkg-query", f"expected 'name<TAB>version<TAB>status', got {line[:80]!r}"
-            )
-        name, version, status = parts
-        packages[name] = DpkgPackage(name, version, status[0], status[1])
-    return packages
+    try:
+        return _dpkg.parse_dpkg_query(text)
+    except _dpkg.DpkgParseError as exc:
+        raise ParseError("dpkg-query", str(exc)) from exc
 
 
 def installed_versions(text: str) -> dict[str, str]:
