@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from gpuboot import locks, paths
 from gpuboot.checks.rules import ERROR, FAIL
+from gpuboot.inventory import Inventory
 
 HISTORY_NAME = "scan-history.jsonl"
 HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HOME)"
@@ -122,7 +123,7 @@ def append_history(history: Path, records: list[dict[str, Any]]) -> None:
 
 
 def scan(
-    inventory: str,
+    inventory: str | Path | Inventory,
     *,
     limit: str | None = None,
     probes: str = "none",
@@ -139,6 +140,8 @@ def scan(
     from gpuboot import certify
 
     history = history or default_history()
+    # an Inventory a caller already loaded is used as it is, never read again
+    inv_path = inventory.path if isinstance(inventory, Inventory) else Path(inventory).resolve()
     with _open_history(history) as fh:
         report = certify.certify(inventory, limit=limit, probes=probes, progress=progress)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -153,7 +156,7 @@ def scan(
                     {
                         "time": stamp,
                         "run_id": report["run_id"],
-                        "inventory": str(Path(inventory).resolve()),
+                        "inventory": str(inv_path),
                         "host": node["host"],
                         "verdict": node["verdict"],
                         "failing": now,

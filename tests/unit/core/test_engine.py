@@ -247,3 +247,19 @@ def test_the_transport_is_built_from_the_checked_inventory(tmp_path):
     assert "-o StrictHostKeyChecking=yes" in b.ssh_extra_args
     para = transport.connect("gpu1", {**hostvars, "ansible_connection": "paramiko"}, tmp_path)
     assert para.backend.NAME == "ansible" and para.backend.force_ansible is True
+
+
+def test_scan_judges_through_the_engine_on_an_inventory_already_loaded(inv, monkeypatch):
+    """A caller that loaded the inventory (to hold its hosts, say) hands it on: the scan
+    reads it no more, and its history names the inventory file."""
+    from gpuboot import scan
+
+    loaded = inventory.load_inventory(str(inv))
+    monkeypatch.setattr(inventory, "_ansible_hosts", lambda *_a: pytest.fail("read again"))
+    monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Local())
+    history = inv.parent / "history.jsonl"
+    report = scan.scan(loaded, history=history)
+    assert [n["host"] for n in report["nodes"]] == ["n1", "n2", "n3"]
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    assert {r["inventory"] for r in records} == {str(inv)}
+    assert {r["host"] for r in records} == {"n1", "n2", "n3"}
