@@ -10,6 +10,7 @@ MIG devices, not boards; see gpuboot/probes) makes its rule not applicable, with
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 
@@ -34,6 +35,9 @@ from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import NVBW_TESTS, PRECONDITIONS, dcgm_refuses_mig, mig_gpus
 from gpuboot.probes.tcpbw import parse_tcpbw
+
+# Three figures (h2d, d2h, d2d) read each nvbandwidth run of a node: parse each run once.
+_nvbandwidth = functools.lru_cache(maxsize=16)(parse_nvbandwidth_json)
 
 
 def _precondition(evidence: Evidence) -> None:
@@ -92,9 +96,7 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         for name, out in probes_matching(evidence, "nvbandwidth*.json").items():
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
-            case = next(
-                (t for t in parse_nvbandwidth_json(out.stdout).tests if t.name == test), None
-            )
+            case = next((t for t in _nvbandwidth(out.stdout).tests if t.name == test), None)
             if case is None:
                 continue
             if case.status != "Passed":

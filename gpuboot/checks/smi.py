@@ -37,10 +37,18 @@ def incomplete(what: str, where: str) -> ProbeFailed:
     return ProbeFailed(f"evidence incomplete: {what}", where=where)
 
 
-def gpu_table(evidence: Evidence) -> tuple[str | None, list[CsvGpuRow], list[tuple[str, str]]]:
+def gpu_table(
+    evidence: Evidence,
+) -> tuple[str | None, tuple[CsvGpuRow, ...], tuple[tuple[str, str], ...]]:
     """(failure, rows, lost) from the --query-gpu probe; lost = [(pci, message)]. A table
     with fewer GPUs (rows + lost) than ``nvidia-smi -q`` says are attached is cut short."""
-    out = probe(evidence, QUERY_FILE)
+    return _gpu_table(probe(evidence, QUERY_FILE), evidence.get(Q_FILE))
+
+
+# Eight rules read the same table of a node one after another: parse it once per node (a
+# pure function of the two outputs, its result immutable; errors are not cached).
+@functools.lru_cache(maxsize=1)
+def _gpu_table(out: ProbeOutput, q_out: ProbeOutput | None):
     failure = smi_failure(out)
     lost, kept = [], []
     for line in out.stdout.splitlines():
@@ -50,27 +58,30 @@ def gpu_table(evidence: Evidence) -> tuple[str | None, list[CsvGpuRow], list[tup
         else:
             kept.append(line)
     if failure and not lost:
-        return failure, [], []
+        return failure, (), ()
     # nvidia-smi answers "No devices were found" (exit 6) when it sees none: a silent or
     # header-only table is not that answer, it is unreadable
-    rows = []
+    rows: tuple[CsvGpuRow, ...] = ()
     if any(line.strip() for line in kept[1:]):
-        rows = list(parse_query_gpu_csv("\n".join(kept)).rows)
+        rows = parse_query_gpu_csv("\n".join(kept)).rows
     elif not lost:
         raise ProbeFailed("nvidia-smi --query-gpu listed no GPU and no error", where=QUERY_FILE)
-    attached = attached_gpus(evidence)
+    attached = _attached(q_out)
     if attached is not None and len(rows) + len(lost) < attached:
         raise incomplete(
             f"--query-gpu lists {len(rows) + len(lost)} GPU(s), nvidia-smi -q says "
             f"Attached GPUs: {attached}",
             QUERY_FILE,
         )
-    return None, rows, lost
+    return None, rows, tuple(lost)
 
 
 def attached_gpus(evidence: Evidence) -> int | None:
     """The ``Attached GPUs`` count in the -q header (NVML's device count), when -q ran."""
-    out = evidence.get(Q_FILE)
+    return _attached(evidence.get(Q_FILE))
+
+
+def _attached(out: ProbeOutput | None) -> int | None:
     if out is None or out.rc not in (0, 15):  # 15: a GPU lost, the others listed
         return None
     m = _ATTACHED.search(out.stdout[:_HEADER_CHARS])
