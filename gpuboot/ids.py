@@ -10,6 +10,12 @@ are tagged ``always``. Handlers carry an id too but ignore tags (Ansible runs a 
 handler whatever --tags says). Blocks are containers: their tasks carry the ids. An import
 passes its tags to every task it imports, so it never carries ``always``.
 
+The rule's tag is the remediation contract: a task that reads another task's result runs
+with it under every rule it is tagged with (test_ids checks it), not under the other task's
+own id, so ``--tags <TASK-ID>`` is for one task that reads only AUDIT results. Under --tags
+the install play's converged check and record (tag ``converged``) do not run: a remediation
+runs even on a node that matches its last record, and never vouches for the whole state.
+
 Read from the package's own YAML with ``yaml.compose`` (Ansible's ``!unsafe``/``!vault`` need
 no constructor); cached: the files ship with the package and do not change under a run.
 """
