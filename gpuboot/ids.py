@@ -72,6 +72,8 @@ OUTSIDE_CERTIFY: dict[str, str] = {
     "PRB-011": "probe tools (see PRB-009)",
     "PRB-012": "probe tools (see PRB-009)",
     "K8S-003": "the kubelet's registration taint: the Kubernetes join gate lifts it, no rule",
+    "DCGM-020": "the DCGM host engine: it makes DCG-001 (judged only) runnable (down is ERROR)",
+    "DCGM-021": "the host engine restarted after an NSCQ change (see DCGM-020)",
 }
 
 
