@@ -19,19 +19,12 @@ from typing import Any
 
 from gpuboot import __version__, paths
 from gpuboot.collect import MANIFEST, Probe
+from gpuboot.components import components
 
 # What meta.json's "pins" records of a host's variables: exactly what the rules read
 # (ctx.var / ctx.enabled / hostvars in gpuboot/checks and gpuboot/probes) and the
 # stack's pins, so `gpuboot evaluate` judges as certify did. Nothing else.
-_COMPONENTS = (
-    "nvidia_fabricmanager",
-    "nvidia_nscq",
-    "cuda_toolkit",
-    "doca_ofed",
-    "nvidia_fs",
-    "nvidia_container_toolkit",
-    "dcgm",
-)
+_COMPONENTS = tuple(c.prefix for c in components() if c.generic_vars)  # components.yaml
 BUNDLE_VARS = frozenset(
     {
         "gpuboot_profile",

@@ -15,26 +15,18 @@ from typing import Any
 
 import yaml
 
+from gpuboot.components import OS_FAMILIES
+from gpuboot.components import components as component_table
 from gpuboot.errors import ConfigError
 from gpuboot.stacks.versions import PACKAGE_VERSION_RE, UPSTREAM_RE, upstream_of
 
 SCHEMA = 1
-OS_FAMILIES = ("debian", "redhat")
 FLAVORS = ("open", "proprietary")
 HOLD_METHODS = {"debian": ("apt-mark",), "redhat": ("dnf-versionlock",)}
-# Components in install order; the yaml key is the component's name.
-COMPONENTS = (
-    "kernel",
-    "driver",
-    "fabricmanager",
-    "nscq",
-    "cuda",
-    "doca_ofed",
-    "nvidia_fs",
-    "container_toolkit",
-    "dcgm",
-)
-OPTIONAL_COMPONENTS = ("fabricmanager", "nscq", "doca_ofed", "nvidia_fs")
+# Components with pins, in install order; the yaml key is the component's name.
+# Named once in gpuboot/components.yaml.
+COMPONENTS = tuple(c.name for c in component_table() if c.pinned)
+OPTIONAL_COMPONENTS = tuple(c.name for c in component_table() if c.pinned and c.optional)
 
 _NAME_RE = {
     "debian": re.compile(r"^[a-z0-9][a-z0-9+.-]+$"),

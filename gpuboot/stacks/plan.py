@@ -11,41 +11,41 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuboot.stacks.model import Component, Pins, Stack, check_os_family
+from gpuboot.components import components as component_table
+from gpuboot.stacks.model import (
+    OPTIONAL_COMPONENTS,
+    OS_FAMILIES,
+    Component,
+    Pins,
+    Stack,
+    check_os_family,
+)
 from gpuboot.stacks.versions import compare_versions
 
 Action = Literal["install", "upgrade", "downgrade", "keep"]
 
-# Kernel-side components: a new version runs only after a reboot. An OFED change also
-# unloads nvidia_peermem (it holds ib_core), and the reboot is what loads it back.
-REBOOT_COMPONENTS = frozenset({"kernel", "driver", "doca_ofed", "nvidia_fs"})
-# Userspace daemons: a changed package takes effect when its service restarts.
-RESTARTS: dict[str, tuple[str, ...]] = {
-    "fabricmanager": ("nvidia-fabricmanager.service",),
-    "nscq": ("nvidia-dcgm.service",),  # the DCGM host engine loads NSCQ at start
-    "dcgm": ("nvidia-dcgm.service",),
-}
+# Kernel-side components: a new version runs only after a reboot (an OFED change also
+# unloads nvidia_peermem, and the reboot loads it back). Userspace daemons: a changed
+# package takes effect when its service restarts. Both named in gpuboot/components.yaml.
+REBOOT_COMPONENTS = frozenset(c.name for c in component_table() if c.reboot)
+RESTARTS: dict[str, tuple[str, ...]] = {c.name: c.restarts for c in component_table() if c.restarts}
 
 # Packages that take each other's place across branches, flavors or releases: the old
 # one is what the new one upgrades (apt/dnf replace it through Conflicts/Provides).
-_SLOTS = (
-    (
-        re.compile(
-            r"^(nvidia-driver|nvidia-dkms|nvidia-utils|nvidia-compute-utils)-\d{3}(-open)?$"
-        ),
-        r"\1",
-    ),
-    (
-        re.compile(r"^(nvidia-fabricmanager|nvidia-fabric-manager)(-\d{3})?$"),
-        "nvidia-fabricmanager",
-    ),
-    (re.compile(r"^libnvidia-nscq(-\d{3})?$"), "libnvidia-nscq"),
-    (re.compile(r"^kmod-nvidia-(open|latest)-dkms$"), "kmod-nvidia-dkms"),
-    (re.compile(r"^(cuda-toolkit|nvidia-gds)-\d+-\d+$"), r"\1"),
-    (re.compile(r"^datacenter-gpu-manager(-4-core)?$"), "datacenter-gpu-manager"),
-    (re.compile(r"^datacenter-gpu-manager-4-cuda\d+$"), "datacenter-gpu-manager-4-cuda"),
-    (re.compile(r"^linux-(image|headers|modules)-\d+\.\d+\.\d+-\d+-([a-z0-9]+)$"), r"linux-\1-\2"),
+# Each component's package families per OS family, from gpuboot/components.yaml.
+_SLOTS = tuple(
+    (re.compile(pattern), slot)
+    for pattern, slot in dict.fromkeys(
+        pair
+        for c in component_table()
+        for family in OS_FAMILIES
+        for pair in c.families.get(family, ())
+    )
 )
+# Components whose role variables are <prefix>_package/_version/_packages (and
+# <prefix>_enabled when a stack may disable them); the kernel's and the driver's are
+# written by hand below.
+ROLE_VAR_PREFIXES = {c.name: c.prefix for c in component_table() if c.generic_vars}
 
 
 @dataclass(frozen=True)
@@ -98,18 +98,9 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
     }
     if driver.module_stream:
         out["nvidia_driver_module_stream"] = driver.module_stream
-    prefixes = {
-        "fabricmanager": "nvidia_fabricmanager",
-        "nscq": "nvidia_nscq",
-        "cuda": "cuda_toolkit",
-        "doca_ofed": "doca_ofed",
-        "nvidia_fs": "nvidia_fs",
-        "container_toolkit": "nvidia_container_toolkit",
-        "dcgm": "dcgm",
-    }
-    for name, prefix in prefixes.items():
+    for name, prefix in ROLE_VAR_PREFIXES.items():
         comp: Component = getattr(stack, name)
-        if name in ("fabricmanager", "nscq", "doca_ofed", "nvidia_fs"):
+        if name in OPTIONAL_COMPONENTS:
             out[f"{prefix}_enabled"] = comp.enabled
         pins = comp.pins_for(os_family) if comp.enabled else None
         out[f"{prefix}_package"] = pins.package if pins else None

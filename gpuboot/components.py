@@ -1,0 +1,245 @@
+"""The component table (gpuboot/components.yaml) as frozen data, checked on load.
+
+Each component of the GPU software stack and each role that delivers one is named once
+there; the stack model, the upgrade plan, role_vars, the bundle's allow-list and the
+molecule matrix derive their lists from it. Every fault in the file is a ConfigError
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuboot import paths
+from gpuboot.errors import ConfigError
+
+TABLE = Path(__file__).resolve().parent / "components.yaml"
+OS_FAMILIES = ("debian", "redhat")  # as gpuboot.stacks.model (which imports this module)
+
+_COMPONENT_KEYS = {
+    "role",
+    "prefix",
+    "pinned",
+    "generic_vars",
+    "optional",
+    "reboot",
+    "restarts",
+    "families",
+}
+_ROLE_KEYS = {"needs", "rules", "whole_stack", "undo"}
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str  # the stack file's key
+    role: str
+    prefix: str  # role variables: <prefix>_package, _version, _packages, _enabled
+    pinned: bool  # the stack pins its packages (False: a switch only)
+    generic_vars: bool  # role_vars writes the <prefix>_* package variables for it
+    optional: bool
+    reboot: bool
+    restarts: tuple[str, ...]
+    families: dict[str, tuple[tuple[str, str], ...]]  # os family -> (pattern, slot)
+
+
+@dataclass(frozen=True)
+class Undo:
+    command: str
+    fails: str  # the rule that must fail once ``command`` ran
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    needs: tuple[str, ...]  # prerequisite roles, in install order
+    rules: tuple[str, ...]  # the certify rules that judge it
+    whole_stack: bool
+    undo: Undo
+
+
+@dataclass(frozen=True)
+class Table:
+    components: tuple[Component, ...]  # in the stack's install order
+    roles: tuple[Role, ...]  # in install order
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+    def prefixes(self, role: str) -> tuple[str, ...]:
+        """The variable prefixes of what ``role`` installs."""
+        return tuple(c.prefix for c in self.components if c.role == role)
+
+
+class _Reader:
+    def __init__(self, label: str):
+        self.label = label
+
+    def error(self, key: str, message: str, hint: str) -> ConfigError:
+        return ConfigError(message, where=f"{self.label}: {key}", hint=hint)
+
+    def mapping(self, value: Any, key: str, allowed: set[str] | None = None) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(key, "must be a mapping", f"write {key} as `key: value` lines")
+        for k in value:
+            if allowed is not None and k not in allowed:
+                raise self.error(
+                    f"{key}.{k}",
+                    f"unknown key {k!r}",
+                    "remove it or fix its spelling; keys allowed here: "
+                    + ", ".join(sorted(allowed)),
+                )
+        return value
+
+    def name(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+            raise self.error(key, f"malformed name {value!r}", "write a lower_snake_case name")
+        return value
+
+    def boolean(self, data: dict[str, Any], key: str, field: str, default: bool) -> bool:
+        value = data.get(field, default)
+        if not isinstance(value, bool):
+            raise self.error(
+                f"{key}.{field}", f"must be true or false, got {value!r}", "write true or false"
+            )
+        return value
+
+    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, "must be a list of strings", f"write {key} as [a, b]")
+        return tuple(value)
+
+    def role_dir(self, value: Any, key: str, roles_dir: Path) -> str:
+        name = self.name(value, key)
+        if not (roles_dir / name).is_dir():
+            raise self.error(
+                key,
+                f"{name!r} is not a role",
+                f"name a role under {roles_dir} (the roles gpuboot install runs)",
+            )
+        return name
+
+
+def _families(r: _Reader, value: Any, key: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    out = {}
+    for family, slots in r.mapping(value, key, set(OS_FAMILIES)).items():
+        pairs = []
+        for pattern, slot in r.mapping(slots, f"{key}.{family}").items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise r.error(
+                    f"{key}.{family}", f"bad pattern {pattern!r}: {exc}", "fix the regex"
+                ) from exc
+            if not isinstance(slot, str):
+                raise r.error(
+                    f"{key}.{family}", f"slot of {pattern!r} must be a string", "quote it"
+                )
+            pairs.append((pattern, slot))
+        out[family] = tuple(pairs)
+    return out
+
+
+def _component(r: _Reader, name: str, raw: Any, roles_dir: Path) -> Component:
+    key = f"components.{name}"
+    data = r.mapping(raw, key, _COMPONENT_KEYS)
+    for field in ("role", "prefix", "pinned"):
+        if field not in data:
+            raise r.error(f"{key}.{field}", f"missing key {field!r}", f"add {key}.{field}")
+    pinned = r.boolean(data, key, "pinned", True)
+    return Component(
+        name=r.name(name, key),
+        role=r.role_dir(data["role"], f"{key}.role", roles_dir),
+        prefix=r.name(data["prefix"], f"{key}.prefix"),
+        pinned=pinned,
+        generic_vars=r.boolean(data, key, "generic_vars", pinned),
+        optional=r.boolean(data, key, "optional", False),
+        reboot=r.boolean(data, key, "reboot", False),
+        restarts=r.strings(data.get("restarts", []), f"{key}.restarts"),
+        families=_families(r, data.get("families", {}), f"{key}.families"),
+    )
+
+
+def _role(r: _Reader, name: str, raw: Any, roles_dir: Path, rule_ids: set[str]) -> Role:
+    key = f"roles.{name}"
+    data = r.mapping(raw, key, _ROLE_KEYS)
+    for field in ("needs", "rules", "undo"):
+        if field not in data:
+            raise r.error(f"{key}.{field}", f"missing key {field!r}", f"add {key}.{field}")
+    needs = tuple(
+        r.role_dir(n, f"{key}.needs[{i}]", roles_dir)
+        for i, n in enumerate(r.strings(data["needs"], f"{key}.needs"))
+    )
+    rules = r.strings(data["rules"], f"{key}.rules")
+    undo = r.mapping(data["undo"], f"{key}.undo", {"command", "fails"})
+    for i, rule in enumerate([*rules, undo.get("fails")]):
+        where = f"{key}.rules[{i}]" if i < len(rules) else f"{key}.undo.fails"
+        if rule not in rule_ids:
+            raise r.error(
+                where,
+                f"no certify rule {rule!r}",
+                "name a rule of gpuboot.checks.rules.RULES (e.g. STK-002)",
+            )
+    if undo["fails"] not in rules:
+        raise r.error(
+            f"{key}.undo.fails",
+            f"{undo['fails']} does not judge this role",
+            f"add it to {key}.rules",
+        )
+    if not isinstance(undo.get("command"), str) or not undo["command"].strip():
+        raise r.error(
+            f"{key}.undo.command", "must be a shell command", "write the command as a string"
+        )
+    return Role(
+        name=r.role_dir(name, key, roles_dir),
+        needs=needs,
+        rules=rules,
+        whole_stack=r.boolean(data, key, "whole_stack", False),
+        undo=Undo(command=undo["command"], fails=undo["fails"]),
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    label = path.name
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the component table: {exc.strerror}", where=label) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"not valid YAML: {exc}", where=label, hint="fix the YAML syntax"
+        ) from exc
+    return _Reader(label).mapping(data, "top level", {"components", "roles"})
+
+
+@cache
+def components(path: Path = TABLE, roles_dir: Path = paths.ROLES_DIR) -> tuple[Component, ...]:
+    """The table's components, checked (what the stack model needs, without the rules)."""
+    r = _Reader(path.name)
+    raw = r.mapping(_read(path).get("components"), "components")
+    out = tuple(_component(r, name, value, roles_dir) for name, value in raw.items())
+    for field in ("name", "prefix"):
+        seen = [getattr(c, field) for c in out]
+        dup = next((v for v in seen if seen.count(v) > 1), None)
+        if dup is not None:
+            raise r.error(f"components.{dup}", f"{field} {dup!r} twice", f"name each {field} once")
+    return out
+
+
+@cache
+def load(path: Path = TABLE, roles_dir: Path = paths.ROLES_DIR) -> Table:
+    """The whole table, checked, rule ids included (ConfigError on the first fault)."""
+    # Late: the rules import the stacks, whose model reads components() at import.
+    from gpuboot.checks.rules import RULES
+
+    r = _Reader(path.name)
+    raw = r.mapping(_read(path).get("roles"), "roles")
+    rule_ids = {rule.id for rule in RULES}
+    roles = tuple(_role(r, name, value, roles_dir, rule_ids) for name, value in raw.items())
+    return Table(components=components(path, roles_dir), roles=roles)
