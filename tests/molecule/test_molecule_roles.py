@@ -1,6 +1,8 @@
-"""`molecule test -s ROLE` for every per-role scenario: the role alone on a fresh 1-node
-lab (after the roles it builds on), idempotence, and the certify rules that judge it as
-verifier; then the same verifier fails once the role's work is undone on the node."""
+"""`molecule test -s role` for every role of gpuboot/components.yaml: the role alone on a
+fresh 1-node lab (after the roles it builds on), idempotence, and the certify rules that
+judge it as verifier; then the same verifier fails once the role's work is undone on the
+node. The one scenario takes the role, its prerequisites and its rules from the
+environment (GPUBOOT_ROLE, GPUBOOT_ROLE_NEEDS, GPUBOOT_RULES), set here from the table."""
 
 from __future__ import annotations
 
@@ -11,44 +13,21 @@ import yaml
 from integration.conftest import ssh_ok
 
 from gpuboot.checks.rules import RULES
+from gpuboot.components import load
 from gpuboot.mig import layout_vars
 from gpuboot.profiles import load_profile
 from gpuboot.stacks import load_stack, role_vars
 from gpuboot_lab import lab as labmod
 
-from .harness import PROJECT, molecule, verifier_summary
+from .harness import molecule, verifier_summary
 
 pytestmark = pytest.mark.molecule
 STACK = "lts-550-cuda12.4"
 PROFILE = "hgx-h100-sxm-8gpu"
+SCENARIO = "role"
+TABLE = load()
 # Role -> the prefixes of the role variables for what it installs (gpuboot.stacks.role_vars).
-COMPONENTS = {
-    "doca_ofed": ("doca_ofed",),
-    "nvidia_driver": ("nvidia_driver",),
-    "nvidia_fabricmanager": ("nvidia_fabricmanager", "nvidia_nscq"),
-    "nvidia_peermem": ("nvidia_peermem",),
-    "cuda_toolkit": ("cuda_toolkit",),
-    "nvidia_gds": ("nvidia_fs",),
-    "nvidia_container_toolkit": ("nvidia_container_toolkit",),
-    "dcgm": ("dcgm",),
-}
-# Roles that guard the whole stack rather than install part of it: their node carries
-# every pin of the stack.
-WHOLE_STACK = {"gpuboot_baseline"}
-# Scenario -> a command that undoes part of the role's work, and the rule that must say so.
-UNDO = {
-    "gpuboot_baseline": ("rm /etc/apt/apt.conf.d/51gpuboot-unattended-upgrades", "STK-003"),
-    "doca_ofed": ("apt-mark unhold doca-ofed", "STK-002"),
-    "nvidia_driver": ("apt-mark unhold nvidia-utils-550", "STK-002"),
-    "nvidia_fabricmanager": ("systemctl stop nvidia-fabricmanager", "FAB-001"),
-    "nvidia_peermem": ("modprobe -r nvidia_peermem", "MOD-001"),
-    "cuda_toolkit": ("apt-mark unhold cuda-toolkit-12-4", "STK-002"),
-    "nvidia_gds": ("modprobe -r nvidia_fs", "MOD-001"),
-    "nvidia_container_toolkit": ("apt-mark unhold nvidia-container-toolkit", "STK-002"),
-    "dcgm": ("apt-mark unhold datacenter-gpu-manager", "STK-002"),
-    "roce_qos": ("mlnx_qos -i enp26s0np0 --trust pcp", "NIC-002"),
-    "nvidia_mig": ("nvidia-smi mig -i 0 -dci && nvidia-smi mig -i 0 -dgi", "MIG-001"),
-}
+COMPONENTS = TABLE.part_prefixes()
 # Scenario -> inventory settings of what it configures beyond the stack's pins.
 SETTINGS = {
     "nvidia_mig": layout_vars(
@@ -57,15 +36,6 @@ SETTINGS = {
         "tests/molecule: gpuboot_mig",
     ),
 }
-
-
-def role_scenarios() -> dict[str, dict]:
-    found = {}
-    for path in sorted((PROJECT / "molecule").glob("*/molecule.yml")):
-        config = yaml.safe_load(path.read_text())
-        if "GPUBOOT_ROLE" in config.get("provisioner", {}).get("env", {}):
-            found[path.parent.name] = config
-    return found
 
 
 def scoped_vars(variables: dict, roles: list[str]) -> dict:
@@ -80,27 +50,27 @@ def scoped_vars(variables: dict, roles: list[str]) -> dict:
     return out
 
 
-def test_every_role_with_a_scenario_has_an_undo():
-    assert set(role_scenarios()) == set(UNDO)
-
-
-@pytest.mark.parametrize("scenario", sorted(role_scenarios()))
-def test_role_scenario(make_lab, tmp_path, scenario):
-    config = role_scenarios()[scenario]
-    env = config["provisioner"]["env"]
-    roles = [*env["GPUBOOT_ROLE_NEEDS"].split(), env["GPUBOOT_ROLE"]]
-    rules = config["verifier"]["options"]["k"].split(" or ")
+@pytest.mark.parametrize("role", [r.name for r in TABLE.roles])
+def test_role_scenario(make_lab, tmp_path, role):
+    entry = TABLE.role(role)
+    roles = [*entry.needs, role]
+    rules = list(entry.rules)
+    env = {
+        "GPUBOOT_ROLE": role,
+        "GPUBOOT_ROLE_NEEDS": " ".join(entry.needs),
+        "GPUBOOT_RULES": " or ".join(rules),
+    }
     lab = make_lab(nodes=1, profile=PROFILE, stack=STACK)
     try:
         doc = yaml.safe_load(lab.inventory.read_text())
         pins = role_vars(load_stack(STACK))
-        doc["all"]["vars"].update(pins if scenario in WHOLE_STACK else scoped_vars(pins, roles))
-        doc["all"]["vars"].update(SETTINGS.get(scenario, {}))
+        doc["all"]["vars"].update(pins if entry.whole_stack else scoped_vars(pins, roles))
+        doc["all"]["vars"].update(SETTINGS.get(role, {}))
         # The scoped pins stand alone: no stack name for certify to re-apply in full.
         doc["all"]["vars"].pop("gpuboot_stack")
         lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
 
-        proc = molecule("test", "-s", scenario, inventory=lab.inventory, state=tmp_path)
+        proc = molecule("test", "-s", SCENARIO, inventory=lab.inventory, state=tmp_path, env=env)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
         assert "idempotence] Executed: Successful" in out
@@ -109,11 +79,10 @@ def test_role_scenario(make_lab, tmp_path, scenario):
             -3000:
         ]
 
-        command, rule = UNDO[scenario]
-        ssh_ok(lab, command)
-        proc = molecule("verify", "-s", scenario, inventory=lab.inventory, state=tmp_path)
+        ssh_ok(lab, entry.undo.command)
+        proc = molecule("verify", "-s", SCENARIO, inventory=lab.inventory, state=tmp_path, env=env)
         out = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and f"{rule} " in out, out[-3000:]
+        assert proc.returncode != 0 and f"{entry.undo.fails} " in out, out[-3000:]
         failed = {"failed": 1, "passed": len(rules) - 1, "deselected": deselected}
         assert verifier_summary(out) == {k: v for k, v in failed.items() if v}, out[-3000:]
     finally:
