@@ -76,6 +76,16 @@ class Table:
         """The variable prefixes of what ``role`` installs."""
         return tuple(c.prefix for c in self.components if c.role == role)
 
+    def part_prefixes(self) -> dict[str, tuple[str, ...]]:
+        """Role -> the variable prefixes of the part of the stack it installs. Roles that
+        guard the whole stack (whole_stack) are left out: their node carries every pin."""
+        whole = {r.name for r in self.roles if r.whole_stack}
+        out: dict[str, tuple[str, ...]] = {}
+        for c in self.components:
+            if c.role not in whole:
+                out[c.role] = (*out.get(c.role, ()), c.prefix)
+        return out
+
 
 class _Reader:
     def __init__(self, label: str):
@@ -242,4 +252,12 @@ def load(path: Path = TABLE, roles_dir: Path = paths.ROLES_DIR) -> Table:
     raw = r.mapping(_read(path).get("roles"), "roles")
     rule_ids = {rule.id for rule in RULES}
     roles = tuple(_role(r, name, value, roles_dir, rule_ids) for name, value in raw.items())
-    return Table(components=components(path, roles_dir), roles=roles)
+    parts = components(path, roles_dir)
+    for c in parts:
+        if c.role not in raw:
+            raise r.error(
+                f"components.{c.name}.role",
+                f"role {c.role!r} has no entry under roles",
+                f"add roles.{c.role} (its prerequisites, rules and undo: the molecule matrix)",
+            )
+    return Table(components=parts, roles=roles)
