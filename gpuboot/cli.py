@@ -525,8 +525,7 @@ def _scan_inventory(args) -> Outcome:
 
     from gpuboot import scan
     from gpuboot.ids import link_report
-    from gpuboot.report import write_reports
-    from gpuboot.report._util import atomic_write
+    from gpuboot.report import prometheus, write_reports
 
     report = scan.scan(
         args.inventory,
@@ -536,14 +535,19 @@ def _scan_inventory(args) -> Outcome:
         progress=_progress(args),
     )
     link_report(report)
-    written = write_reports(report, Path(report["run_dir"]) / "reports", key_path=None)
+    written = write_reports(
+        report, Path(report["run_dir"]) / "reports", key_path=None, kind=prometheus.SCAN
+    )
     report["reports"] = {name: str(path) for name, path in written.items()}
+    warning = None
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
-        prom = Path(args.textfile_dir) / "gpuboot-scan.prom"
-        atomic_write(prom, written["prometheus"].read_bytes())
+        # merged: under --limit the other nodes' series (and their alerts) stay
+        prom, warning = prometheus.write_merged(
+            report, Path(args.textfile_dir) / "gpuboot-scan.prom"
+        )
         report["reports"]["textfile"] = str(prom)
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
-    text = _verdict_text(report)
+    text = _verdict_text(report) + (f"\n{warning}" if warning else "")
     for node in report["nodes"]:
         d = node["drift"]
         changes = [f"{k}: {', '.join(d[k])}" for k in ("new", "still", "cleared") if d[k]]

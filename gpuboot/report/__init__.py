@@ -26,11 +26,13 @@ def write_reports(
     validity_days: int = certificate.DEFAULT_VALIDITY_DAYS,
     allow_warn: bool = False,
     now: datetime | None = None,
+    kind: str = prometheus.CERTIFY,
 ) -> dict[str, Path]:
     """Write every output into ``out_dir``; returns name -> path.
 
     Keys: ``html``, ``junit``, ``prometheus`` and ``certificate:<host>`` for each node
     certified (only with ``key_path``; only PASS nodes, WARN too when ``allow_warn``).
+    ``kind`` names the metric families (``prometheus.SCAN`` for a scan's report).
     Certificates are issued first so the HTML and metrics can show their expiry.
     """
     out_dir = Path(out_dir)
@@ -53,7 +55,7 @@ def write_reports(
                 )
     paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now)
     paths["junit"] = junit.write(report, out_dir / JUNIT_NAME)
-    paths["prometheus"] = prometheus.write(report, out_dir / PROM_NAME, certs, now=now)
+    paths["prometheus"] = prometheus.write(report, out_dir / PROM_NAME, certs, now=now, kind=kind)
     return paths
 
 

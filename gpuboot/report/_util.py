@@ -91,3 +91,9 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def host_key(host: Any) -> tuple[Any, ...]:
+    """Natural order for host names: node2 < node10 (digit runs compare as numbers)."""
+    parts = re.split(r"(\d+)", str(host))
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p)

@@ -1,4 +1,5 @@
-"""Inline SVG bar charts: one figure per measured quantity, one bar per node.
+"""Inline SVG charts, one figure per measured quantity: a bar per node for a few nodes,
+a distribution (columns sorted by value over the bands) for a fleet.
 
 Thresholds can differ per node (operator overrides per group), so each row draws its own
 fail/warn/pass bands and its own physical-limit marker instead of one shared backdrop.
@@ -18,6 +19,7 @@ from gpuboot.report._util import (
     WARN,
     fmt_measure,
     fmt_num,
+    host_key,
     is_number,
     measurement_status,
 )
@@ -143,9 +145,10 @@ def bar_chart(name: str, unit: str | None, rows: list[tuple[str, dict[str, Any]]
                 f' height="14" rx="2" fill="{colour}"><title>{_e(tip)}</title></rect>'
             )
         else:
+            why = f"not measured ({m.get('missing') or 'harness error'})"
             out.append(
                 f'<text x="{PLOT_X0 + 8}" y="{mid + 4.5:.1f}" class="missing">'
-                f"not measured (harness error)<title>{_e(tip)}</title></text>"
+                f"{_e(_short(why, 90))}<title>{_e(tip)}</title></text>"
             )
         if is_number(limit) and is_number(value):
             lx = x(float(limit))
@@ -168,10 +171,128 @@ def bar_chart(name: str, unit: str | None, rows: list[tuple[str, dict[str, Any]]
 def chart_groups(
     nodes: list[dict[str, Any]],
 ) -> list[tuple[str, str | None, list[tuple[str, dict[str, Any]]]]]:
-    """(name, unit, rows) per measured quantity, in first-seen order."""
+    """(name, unit, rows) per measured quantity, in first-seen order; rows sorted by value
+    (lowest first, not measured last). A node with no figure for a quantity others have
+    gets a row too, value None and ``missing`` saying why (its rule's finding): a node
+    that could not be measured is marked, never silently left out."""
     groups: dict[tuple[str, str | None], list[tuple[str, dict[str, Any]]]] = {}
     for node in nodes:
         for m in node.get("measurements") or []:
             key = (str(m.get("name")), m.get("unit"))
             groups.setdefault(key, []).append((str(node.get("host", "?")), m))
-    return [(name, unit, rows) for (name, unit), rows in groups.items()]
+    out = []
+    for (name, unit), rows in groups.items():
+        have = {h for h, _m in rows}
+        rule = next((m.get("rule") for _h, m in rows if m.get("rule")), None)
+        for node in nodes:
+            host = str(node.get("host", "?"))
+            if host in have:
+                continue
+            f = next((f for f in node.get("findings", []) if f.get("rule") == rule), None)
+            why = f"{f.get('status')}: {f.get('reason')}" if f else "no result"
+            rows.append((host, {"name": name, "unit": unit, "value": None, "rule": rule,
+                                "missing": why}))  # fmt: skip
+        rows.sort(key=lambda r: (not is_number(r[1].get("value")), r[1].get("value") or 0,
+                                 host_key(r[0])))  # fmt: skip
+        out.append((name, unit, rows))
+    return out
+
+
+def outliers(rows: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Measured rows worth naming: out of their pass band, or below 90% of the median."""
+    values = sorted(float(m["value"]) for _h, m in rows if is_number(m.get("value")))
+    if not values:
+        return []
+    median = values[len(values) // 2]
+    return [
+        (h, m)
+        for h, m in rows
+        if is_number(m.get("value"))
+        and (measurement_status(m) != PASS or float(m["value"]) < 0.9 * median)
+    ]
+
+
+DIST_H = 220  # plot height of a distribution
+DIST_X0, DIST_X1 = 64, WIDTH - 150  # the right margin holds the "not measured" mark
+
+
+def distribution_chart(name: str, unit: str | None, rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """SVG for one quantity across a fleet: one column per measured node, sorted by value,
+    over each node's own bands; not-measured nodes counted in a mark on the right."""
+    measured = [(h, m) for h, m in rows if is_number(m.get("value"))]
+    missing = len(rows) - len(measured)
+    top = max(
+        [float(m[k]) for _h, m in rows for k in ("value", "physical_limit", "warn_below")
+         if is_number(m.get(k))] or [1.0]
+    )  # fmt: skip
+    ticks = nice_ticks(top * 1.03)
+    span = ticks[-1] or 1.0
+    y0, height = TOP, TOP + DIST_H + AXIS_H
+
+    def y(v: float) -> float:
+        return y0 + DIST_H - DIST_H * min(max(v, 0.0), span) / span
+
+    col = (DIST_X1 - DIST_X0) / max(len(measured), 1)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+        f'width="100%" role="img" aria-label="{_e(name)} across {len(rows)} nodes, sorted by '
+        f'value, in {_e(unit or "")}" class="chart dist" font-size="13">'
+    ]
+    for t in ticks:
+        out.append(
+            f'<line x1="{DIST_X0}" y1="{y(t):.1f}" x2="{DIST_X1}" y2="{y(t):.1f}" class="grid"/>'
+            f'<text x="{DIST_X0 - 8}" y="{y(t) + 4:.1f}" text-anchor="end" class="tick">'
+            f"{_e(fmt_num(t))}</text>"
+        )
+    # Bands: consecutive columns sharing their thresholds are drawn as one rectangle.
+    runs: list[list[Any]] = []
+    for i, (_h, m) in enumerate(measured):
+        key = (m.get("fail_below"), m.get("warn_below"), m.get("physical_limit"))
+        if runs and runs[-1][0] == key:
+            runs[-1][2] = i + 1
+        else:
+            runs.append([key, i, i + 1])
+    for (fail_b, warn_b, limit), a, b in runs:
+        xa, w = DIST_X0 + a * col, (b - a) * col
+        lo = 0.0
+        for kind, hi in (("fail", fail_b), ("warn", warn_b)):
+            if is_number(hi):
+                out.append(
+                    f'<rect x="{xa:.1f}" y="{y(hi):.1f}" width="{w:.1f}" '
+                    f'height="{y(lo) - y(hi):.1f}" fill="{BAND[kind]}"/>'
+                )
+                lo = float(hi)
+        hi = float(limit) if is_number(limit) else span
+        out.append(
+            f'<rect x="{xa:.1f}" y="{y(hi):.1f}" width="{w:.1f}" height="{y(lo) - y(hi):.1f}" '
+            f'fill="{BAND["pass"]}"/>'
+        )
+        if is_number(limit):
+            out.append(
+                f'<line x1="{xa:.1f}" y1="{y(limit):.1f}" x2="{xa + w:.1f}" y2="{y(limit):.1f}" '
+                f'class="limit"><title>physical limit {_e(fmt_measure(limit, unit))}</title></line>'
+            )
+    for i, (host, m) in enumerate(measured):
+        status = measurement_status(m)
+        v = float(m["value"])
+        out.append(
+            f'<rect x="{DIST_X0 + i * col + col * 0.15:.1f}" y="{y(v):.1f}" '
+            f'width="{max(col * 0.7, 1.0):.1f}" height="{max(y(0) - y(v), 1.0):.1f}" '
+            f'fill="{BAR[status]}"><title>{_e(host)}: {_e(fmt_measure(v, unit))} — {status}'
+            "</title></rect>"
+        )
+    out.append(
+        f'<line x1="{DIST_X0}" y1="{y(0):.1f}" x2="{DIST_X1}" y2="{y(0):.1f}" class="axis"/>'
+        f'<text x="{(DIST_X0 + DIST_X1) / 2:.1f}" y="{y(0) + 30:.1f}" text-anchor="middle" '
+        f'class="axis-label">{len(measured)} nodes sorted by {_e(name)} '
+        f"({_e(unit or 'value')}), lowest first</text>"
+    )
+    if missing:
+        out.append(
+            f'<rect x="{DIST_X1 + 16}" y="{y0}" width="{WIDTH - DIST_X1 - 24}" height="{DIST_H}"'
+            f' fill="{BAND["none"]}"/><text x="{(DIST_X1 + WIDTH) / 2 + 4:.1f}" '
+            f'y="{y0 + DIST_H / 2:.1f}" text-anchor="middle" class="missing">'
+            f"{missing} not measured</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)

@@ -22,14 +22,24 @@ from gpuboot.report._util import (
     WARN,
     atomic_write,
     fmt_measure,
+    host_key,
     iso,
     measurement_status,
     utc_now,
 )
 from gpuboot.report.certificate import partial
-from gpuboot.report.charts import BAND, SYMBOL, bar_chart, chart_groups
+from gpuboot.report.charts import (
+    BAND,
+    SYMBOL,
+    bar_chart,
+    chart_groups,
+    distribution_chart,
+    outliers,
+)
 
 ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3, SKIPPED: 4}
+BAR_ROWS_MAX = 24  # up to this many nodes a chart has a bar per node; beyond, a distribution
+BAD = (FAIL, ERROR, WARN)
 MEANING = {
     PASS: "certified, may join the cluster",
     WARN: "degraded; joins only if policy allows",
@@ -101,6 +111,11 @@ vertical-align:0}
 .chart .missing{fill:#5a32a3;font-style:italic}.chart .pct{fill:#59636e}
 details{margin-top:8px}summary{cursor:pointer;color:var(--muted)}
 footer{margin-top:36px;color:var(--muted);font-size:13px}
+.summary td.hosts{word-break:break-word}
+.summary .n{color:var(--muted);white-space:nowrap}
+.cards.compact .card{padding:6px 12px}.cards.compact .card .n{font-size:22px}
+.cards.compact .what{display:none}
+.names{word-break:break-word}
 """
 
 
@@ -111,6 +126,21 @@ def _e(text: Any) -> str:
 def badge(status: str) -> str:
     status = status if status in RULE_STATUSES else ERROR
     return f'<span class="badge s-{status}">{SYMBOL[status]} {status}</span>'
+
+
+def _by_verdict(n: dict[str, Any]) -> tuple[Any, ...]:
+    """Failures first, then natural host order (node2 before node10)."""
+    return (ORDER.get(n.get("verdict"), 1), host_key(n.get("host")))
+
+
+def _covered(node: dict[str, Any]) -> set[str]:
+    """Rules with a finding not passed: a measurement of such a rule is already told by
+    the finding's reason, and is not listed again."""
+    return {
+        str(f.get("rule"))
+        for f in node.get("findings", [])
+        if f.get("status") in (FAIL, ERROR, WARN)
+    }
 
 
 def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any]) -> str:
@@ -145,7 +175,8 @@ def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any])
         f'<p class="meta">{" · ".join(meta)}</p><p class="meta">{bundle}</p></div>'
         f'<div class="outcome s-{overall}">{SYMBOL[overall]} {done} of {len(nodes)} '
         f"node{'s' if len(nodes) != 1 else ''} {word}</div></div>"
-        f'<div class="cards">{cards}</div></header>'
+        f'<div class="cards{" compact" if len(nodes) > BAR_ROWS_MAX else ""}">{cards}</div>'
+        "</header>"
     )
 
 
@@ -168,24 +199,85 @@ def _cert_text(cert: dict[str, Any] | None) -> str:
     return f'<span class="s-WARN">partial</span> {until}: {_e(gap)}' if gap else until
 
 
-def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
-    rows = []
-    for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
-        findings = n.get("findings", [])
-        measurements = n.get("measurements") or []
-        bad = [f.get("rule") for f in findings if f.get("status") in (FAIL, ERROR, WARN)]
-        cert_txt = _cert_text(certificates.get(n.get("host")))
-        rows.append(
-            f'<tr><td class="host">{_e(n.get("host"))}</td><td>{badge(str(n.get("verdict")))}</td>'
-            f"<td>{_counts([str(f.get('status')) for f in findings])}</td>"
-            f"<td>{_counts([measurement_status(m) for m in measurements])}</td>"
-            f'<td class="mono">{_e(", ".join(map(str, bad))) or "<span class=none>—</span>"}</td>'
-            f"<td>{cert_txt}</td></tr>"
-        )
+def _row(n: dict[str, Any], certificates: dict[str, Any]) -> str:
+    findings = n.get("findings", [])
+    measurements = n.get("measurements") or []
+    bad = [f.get("rule") for f in findings if f.get("status") in BAD]
     return (
-        "<h2>Verdict per node</h2><table><thead><tr><th>Host</th><th>Verdict</th>"
-        "<th>Rules</th><th>Measurements</th><th>Rules not passed</th><th>Certificate</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f'<tr><td class="host">{_e(n.get("host"))}</td><td>{badge(str(n.get("verdict")))}</td>'
+        f"<td>{_counts([str(f.get('status')) for f in findings])}</td>"
+        f"<td>{_counts([measurement_status(m) for m in measurements])}</td>"
+        f'<td class="mono">{_e(", ".join(map(str, bad))) or "<span class=none>—</span>"}</td>'
+        f"<td>{_cert_text(certificates.get(n.get('host')))}</td></tr>"
+    )
+
+
+def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
+    head = (
+        "<table><thead><tr><th>Host</th><th>Verdict</th><th>Rules</th><th>Measurements</th>"
+        "<th>Rules not passed</th><th>Certificate</th></tr></thead><tbody>"
+    )
+    ordered = sorted(nodes, key=_by_verdict)
+    bad = [n for n in ordered if n.get("verdict") != PASS]
+    good = [n for n in ordered if n.get("verdict") == PASS]
+    out = "<h2>Verdict per node</h2>"
+    if bad:
+        out += head + "".join(_row(n, certificates) for n in bad) + "</tbody></table>"
+    if good:  # collapsed: at 300 nodes they would push everything else off the page
+        out += (
+            f"<details><summary>{len(good)} passing node{'s' if len(good) != 1 else ''}"
+            f"</summary>{head}{''.join(_row(n, certificates) for n in good)}</tbody></table>"
+            "</details>"
+        )
+    return out
+
+
+def _groups(nodes: list[dict[str, Any]]) -> list[tuple[str, str, str, list[str]]]:
+    """(status, what, title, hosts) for every problem, grouped across nodes: a rule not
+    passed, a measurement out of its band that no finding tells, figures not measured."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for n in nodes:
+        host = str(n.get("host"))
+        covered = _covered(n)
+        for f in n.get("findings", []):
+            if f.get("status") in BAD:
+                key = (str(f.get("status")), str(f.get("rule")), str(f.get("title", "")))
+                groups.setdefault(key, []).append(host)
+        unmeasured = []
+        for m in n.get("measurements") or []:
+            if m.get("rule") in covered:
+                continue
+            status = measurement_status(m)
+            if status == ERROR:
+                unmeasured.append(str(m.get("name")))
+            elif status != PASS:
+                title = f"{m.get('name')} below the {status.lower()} threshold"
+                groups.setdefault((status, "measurement", title), []).append(host)
+        if unmeasured:
+            groups.setdefault((ERROR, "not measured", ", ".join(unmeasured)), []).append(host)
+    return sorted(
+        (
+            (s, what, title, sorted(hosts, key=host_key))
+            for (s, what, title), hosts in groups.items()
+        ),
+        key=lambda g: (ORDER.get(g[0], 1), -len(g[3]), g[1]),
+    )
+
+
+def _summary(nodes: list[dict[str, Any]]) -> str:
+    groups = _groups(nodes)
+    if not groups:
+        return '<h2>Summary</h2><p class="none">No failures, warnings or errors.</p>'
+    rows = "".join(
+        f'<tr><td>{badge(s)}</td><td class="mono">{_e(what)}</td><td>{_e(title)}</td>'
+        f'<td class="hosts"><span class="n">{len(hosts)} ×</span> '
+        f'<span class="mono">{_e(", ".join(hosts))}</span></td></tr>'
+        for s, what, title, hosts in groups
+    )
+    return (
+        '<h2>Summary: what failed, on which nodes</h2><table class="summary"><thead><tr>'
+        "<th>Status</th><th>Rule</th><th>Check</th><th>Nodes</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
     )
 
 
@@ -205,8 +297,9 @@ def _finding(
 
 def _failures(nodes: list[dict[str, Any]]) -> str:
     cards = []
-    for n in sorted(nodes, key=lambda n: (ORDER.get(n.get("verdict"), 1), str(n.get("host")))):
+    for n in sorted(nodes, key=_by_verdict):
         items = []
+        covered = _covered(n)
         findings = [f for f in n.get("findings", []) if f.get("status") not in (PASS, SKIPPED)]
         for f in sorted(
             findings, key=lambda f: (ORDER.get(f.get("status"), 1), str(f.get("rule")))
@@ -223,6 +316,8 @@ def _failures(nodes: list[dict[str, Any]]) -> str:
             )
         missing = []
         for m in n.get("measurements") or []:
+            if m.get("rule") in covered:  # its finding above says it: listed once
+                continue
             status = measurement_status(m)
             if status == ERROR:
                 missing.append(str(m.get("name")))
@@ -242,7 +337,7 @@ def _failures(nodes: list[dict[str, Any]]) -> str:
                 f"{''.join(items)}</section>"
             )
     body = "".join(cards) or '<p class="none">No failures, warnings or errors.</p>'
-    return f"<h2>Failures and what to do</h2>{body}"
+    return f"<h2>Failures and what to do, per node</h2>{body}"
 
 
 def _bands_note(rows: list[tuple[str, dict[str, Any]]], unit: str | None) -> str:
@@ -275,17 +370,41 @@ def _charts(nodes: list[dict[str, Any]]) -> str:
         f'<span class="sw" style="background:{BAND["pass"]}"></span>pass band'
         '<span class="sw limit"></span> physical limit</p>'
     )
-    figures = [
-        f'<figure><figcaption>{_e(name)}</figcaption><p class="legend">'
-        f"{_e(_bands_note(rows, unit))}</p>{bar_chart(name, unit, rows)}</figure>"
-        for name, unit, rows in groups
-    ]
+    figures = []
+    for name, unit, rows in groups:
+        if len(rows) <= BAR_ROWS_MAX:
+            chart = bar_chart(name, unit, rows)
+        else:
+            chart = distribution_chart(name, unit, rows) + _named(rows, unit)
+        figures.append(
+            f'<figure><figcaption>{_e(name)}</figcaption><p class="legend">'
+            f"{_e(_bands_note(rows, unit))}</p>{chart}</figure>"
+        )
     return "<h2>Measured bandwidth against its bands</h2>" + legend + "".join(figures)
+
+
+def _named(rows: list[tuple[str, dict[str, Any]]], unit: str | None) -> str:
+    """Under a distribution: its outliers and its nodes not measured, by name."""
+    out = [
+        f"{SYMBOL[measurement_status(m)]} {h} {fmt_measure(m.get('value'), unit)}"
+        for h, m in sorted(outliers(rows), key=lambda r: host_key(r[0]))
+    ]
+    missing = [(h, m) for h, m in rows if m.get("value") is None or measurement_status(m) == ERROR]
+    text = ""
+    if out:
+        text += f'<p class="legend names"><b>Outliers ({len(out)}):</b> {_e(", ".join(out))}</p>'
+    if missing:
+        names = ", ".join(
+            f"{h} ({m['missing']})" if m.get("missing") else h
+            for h, m in sorted(missing, key=lambda r: host_key(r[0]))
+        )
+        text += f'<p class="legend names"><b>Not measured ({len(missing)}):</b> {_e(names)}</p>'
+    return text
 
 
 def _all_checks(nodes: list[dict[str, Any]]) -> str:
     parts = []
-    for n in sorted(nodes, key=lambda n: str(n.get("host"))):
+    for n in sorted(nodes, key=lambda n: host_key(n.get("host"))):
         rows = "".join(
             f'<tr><td class="mono">{_e(f.get("rule"))}</td><td>{badge(str(f.get("status")))}</td>'
             f'<td>{_e(f.get("title"))}</td><td class="reason">{_e(f.get("reason"))}</td></tr>'
@@ -309,8 +428,9 @@ def render(
     nodes = report.get("nodes", [])
     body = (
         _header(report, now or utc_now(), certificates)
-        + _table(nodes, certificates)
+        + _summary(nodes)
         + _failures(nodes)
+        + _table(nodes, certificates)
         + _charts(nodes)
         + _all_checks(nodes)
         + f"<footer>gpuboot {_e(__version__)} · verdicts: "

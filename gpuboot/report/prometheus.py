@@ -1,14 +1,23 @@
 """Prometheus textfile for node_exporter's textfile collector (text exposition 0.0.4).
 
-``gpuboot_rule_status`` is a state set: one series per status with value 1 for the
-current one and 0 for the others, so series never vanish and alerts can match on
-``{status="FAIL"} == 1``. The file is replaced atomically: the collector must never
-read half a file.
+Certify and scan write distinct families (``gpuboot_certify_*``, ``gpuboot_scan_*``): both
+files may sit in one collector directory, and the same name with the same labels from two
+files is a duplicate series. Units are SI and in the name, never in a label: GB/s figures
+are exported in bytes per second, Gb/s ones in bits per second.
+
+State sets (verdict, rule status): one series per status, 1 for the current one and 0 for
+the others, so series never vanish and alerts match on ``{status="FAIL"} == 1``.
+
+A scan under ``--limit`` judges only some nodes: :func:`merge` keeps the previous file's
+series of every other node, so their FAIL series (and alerts) do not silently vanish. The
+file is replaced atomically: the collector must never read half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,27 +28,69 @@ from gpuboot.report._util import (
     STATUSES,
     WARN,
     atomic_write,
+    host_key,
     is_number,
     parse_iso,
     utc_now,
 )
 from gpuboot.report.certificate import partial
 
-_FAMILIES = (
-    (
-        "gpuboot_node_certified",
-        "1 if the node holds a full-scope gpuboot certificate from this run (a partial one, "
-        "short of the probes its SKU requires, does not count).",
-    ),
-    ("gpuboot_node_verdict", "Verdict of the node's last certification (state set)."),
-    ("gpuboot_rule_status", "Status of each certification rule (state set, 1 = current)."),
-    ("gpuboot_measurement", "Measured figure (median of the probe's samples), in `unit`."),
-    (
-        "gpuboot_certificate_expiry_timestamp_seconds",
-        "Unix time the node's certificate from this run (full or partial) expires.",
-    ),
-    ("gpuboot_last_run_timestamp_seconds", "Unix time this certification report was written."),
-)
+CERTIFY, SCAN = "certify", "scan"
+KINDS = (CERTIFY, SCAN)
+DRIFT = ("new", "still", "cleared")  # gpuboot.scan.drift's keys
+
+# unit of a measurement -> (metric name suffix, factor to the SI unit)
+UNITS = {
+    "GB/s": ("bytes_per_second", 1e9),
+    "MB/s": ("bytes_per_second", 1e6),
+    "GiB/s": ("bytes_per_second", 2.0**30),
+    "Gb/s": ("bits_per_second", 1e9),
+    "Mb/s": ("bits_per_second", 1e6),
+}
+_SUFFIXES = sorted({s for s, _f in UNITS.values()})
+
+
+def families(kind: str) -> list[tuple[str, str]]:
+    """(name, HELP text) of every family a ``kind`` file holds, in file order."""
+    p = f"gpuboot_{kind}"
+    out = []
+    if kind == CERTIFY:
+        out.append(
+            (
+                f"{p}_node_certified",
+                "1 if the node holds a full-scope gpuboot certificate from this run (a partial "
+                "one, short of the probes its SKU requires, does not count).",
+            )
+        )
+    out += [
+        (f"{p}_node_verdict", f"Verdict of the node's last {kind} (state set, 1 = current)."),
+        (f"{p}_rule_status", f"Status of each rule at the node's last {kind} (state set)."),
+    ]
+    out += [
+        (
+            f"{p}_bandwidth_{s}",
+            f"Measured bandwidth (median of the probe's samples), in {s.replace('_', ' ')}.",
+        )
+        for s in _SUFFIXES
+    ]
+    if kind == CERTIFY:
+        out += [
+            (
+                f"{p}_certificate_expiry_timestamp_seconds",
+                "Unix time the node's certificate from this run (full or partial) expires.",
+            ),
+            (f"{p}_last_run_timestamp_seconds", "Unix time this certify report was written."),
+        ]
+    else:
+        out += [
+            (
+                f"{p}_drift_rules",
+                "Failing rules at the node's last scan by change since the scan before: "
+                "new (drift), still (failing at both), cleared.",
+            ),
+            (f"{p}_last_scan_timestamp_seconds", "Unix time of the node's last scan."),
+        ]
+    return out
 
 
 def escape_label(value: Any) -> str:
@@ -67,52 +118,68 @@ def _sample(name: str, labels: dict[str, Any], value: float | int) -> str:
     return f"{name}{{{body}}} {_value(value)}" if body else f"{name} {_value(value)}"
 
 
-def _samples(
-    report: dict[str, Any], certificates: dict[str, dict[str, Any]], now: datetime
+def _node_samples(
+    kind: str, node: dict[str, Any], cert: dict[str, Any], ts: int
 ) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {name: [] for name, _ in _FAMILIES}
-    for node in report.get("nodes", []):
-        host = node.get("host", "")
-        cert = certificates.get(host) or {}
-        certified = cert.get("verdict") in (PASS, WARN) and partial(cert) is None
-        out["gpuboot_node_certified"].append(
-            _sample("gpuboot_node_certified", {"host": host}, int(certified))
+    p, host = f"gpuboot_{kind}", node.get("host", "")
+    out: dict[str, list[str]] = {}
+
+    def add(suffix: str, labels: dict[str, Any], value: float | int) -> None:
+        out.setdefault(f"{p}_{suffix}", []).append(
+            _sample(f"{p}_{suffix}", {"host": host, **labels}, value)
         )
-        for status in STATUSES:
-            out["gpuboot_node_verdict"].append(
-                _sample(
-                    "gpuboot_node_verdict",
-                    {"host": host, "verdict": status},
-                    int(node.get("verdict") == status),
-                )
-            )
-        for f in node.get("findings", []):
-            for status in RULE_STATUSES:  # SKIPPED too: a check that did not run is no pass
-                out["gpuboot_rule_status"].append(
-                    _sample(
-                        "gpuboot_rule_status",
-                        {"host": host, "rule": f.get("rule"), "status": status},
-                        int(f.get("status") == status),
-                    )
-                )
-        for m in node.get("measurements") or []:
-            if is_number(m.get("value")):  # not measured = no sample, never a fake 0
-                labels = {"host": host, "name": m.get("name"), "unit": m.get("unit") or ""}
-                out["gpuboot_measurement"].append(
-                    _sample("gpuboot_measurement", labels, m["value"])
-                )
-        if cert.get("verdict") in (PASS, WARN):  # partial ones expire too
-            try:
-                expiry = parse_iso(cert["expires_at"]).timestamp()
-            except (KeyError, TypeError, ValueError):
-                continue
-            out["gpuboot_certificate_expiry_timestamp_seconds"].append(
-                _sample("gpuboot_certificate_expiry_timestamp_seconds", {"host": host}, int(expiry))
-            )
-    out["gpuboot_last_run_timestamp_seconds"].append(
-        _sample("gpuboot_last_run_timestamp_seconds", {}, int(now.timestamp()))
-    )
+
+    if kind == CERTIFY:
+        add("node_certified", {}, int(cert.get("verdict") in (PASS, WARN) and not partial(cert)))
+    for status in STATUSES:
+        add("node_verdict", {"verdict": status}, int(node.get("verdict") == status))
+    seen: set[str] = set()
+    for f in node.get("findings", []):
+        if f.get("rule") in seen:  # one series per rule, whatever the input repeats
+            continue
+        seen.add(f.get("rule"))
+        for status in RULE_STATUSES:  # SKIPPED too: a check that did not run is no pass
+            add("rule_status", {"rule": f.get("rule"), "status": status}, f.get("status") == status)
+    figures: set[str] = set()
+    for m in node.get("measurements") or []:
+        # not measured = no sample, never a fake 0; an unknown unit has no SI name to go by
+        unit = UNITS.get(m.get("unit") or "")
+        if is_number(m.get("value")) and unit and m.get("name") not in figures:
+            figures.add(m.get("name"))
+            add(f"bandwidth_{unit[0]}", {"figure": m.get("name")}, float(m["value"]) * unit[1])
+    if kind == CERTIFY and cert.get("verdict") in (PASS, WARN):  # partial ones expire too
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # no expiry: no sample
+            expiry = int(parse_iso(cert["expires_at"]).timestamp())
+            add("certificate_expiry_timestamp_seconds", {}, expiry)
+    if kind == SCAN:
+        drift = node.get("drift") or {}
+        for change in DRIFT:
+            add("drift_rules", {"change": change}, len(drift.get(change) or []))
+        add("last_scan_timestamp_seconds", {}, ts)
     return out
+
+
+def _samples(
+    kind: str, report: dict[str, Any], certificates: dict[str, dict[str, Any]], now: datetime
+) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {name: [] for name, _ in families(kind)}
+    ts = int(now.timestamp())
+    for node in report.get("nodes", []):
+        cert = certificates.get(node.get("host", "")) or {}
+        for name, lines in _node_samples(kind, node, cert, ts).items():
+            out[name] += lines
+    if kind == CERTIFY:
+        out["gpuboot_certify_last_run_timestamp_seconds"].append(
+            _sample("gpuboot_certify_last_run_timestamp_seconds", {}, ts)
+        )
+    return out
+
+
+def _text(kind: str, samples: dict[str, list[str]]) -> str:
+    lines: list[str] = []
+    for name, text in families(kind):
+        lines += [f"# HELP {name} {_help(text)}", f"# TYPE {name} gauge", *samples[name]]
+    return "\n".join(lines) + "\n"
 
 
 def render(
@@ -120,12 +187,11 @@ def render(
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
+    kind: str = CERTIFY,
 ) -> str:
-    samples = _samples(report, certificates or {}, now or utc_now())
-    lines: list[str] = []
-    for name, text in _FAMILIES:
-        lines += [f"# HELP {name} {_help(text)}", f"# TYPE {name} gauge", *samples[name]]
-    return "\n".join(lines) + "\n"
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {KINDS}")
+    return _text(kind, _samples(kind, report, certificates or {}, now or utc_now()))
 
 
 def write(
@@ -134,5 +200,86 @@ def write(
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
+    kind: str = CERTIFY,
 ) -> Path:
-    return atomic_write(Path(path), render(report, certificates, now=now).encode("utf-8"))
+    return atomic_write(Path(path), render(report, certificates, now=now, kind=kind).encode())
+
+
+# ---------------------------------------------------------------- merging a previous file
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LVALUE = r'"(?:[^"\\\n]|\\\\|\\"|\\n)*"'
+_LABEL = re.compile(rf"([a-zA-Z_][a-zA-Z0-9_]*)=({_LVALUE})")
+_SAMPLE = re.compile(
+    rf"^(?P<name>{_NAME})(?:\{{(?P<labels>(?:[a-zA-Z_][a-zA-Z0-9_]*={_LVALUE}"
+    rf"(?:,[a-zA-Z_][a-zA-Z0-9_]*={_LVALUE})*)?)\}})? "
+    r"(?P<value>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NaN|Inf))$"
+)
+
+
+class BadTextfile(ValueError):
+    """A previous textfile that is not one this module wrote: not merged."""
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value[1:-1])
+
+
+def _previous(text: str, kind: str) -> dict[str, list[tuple[str, str]]]:
+    """family -> [(host, sample line)] of a previous ``kind`` file; BadTextfile if any
+    line is not a comment or a well-formed sample of one of our families with a host."""
+    known = {name for name, _ in families(kind)}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise BadTextfile(f"line {number} is not a sample")
+        if m.group("name") not in known:
+            continue  # a family this version no longer writes: dropped, not carried on
+        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        if "host" not in labels:
+            continue  # run-wide series: this run's replace them
+        out.setdefault(m.group("name"), []).append((_unescape(labels["host"]), line))
+    return out
+
+
+def merge(
+    report: dict[str, Any],
+    previous: Path | str,
+    *,
+    now: datetime | None = None,
+    kind: str = SCAN,
+) -> tuple[str, str | None]:
+    """This run's exposition plus the previous file's series of the nodes not in this run
+    (text, warning). An unreadable or foreign previous file is not merged: the text is
+    this run's alone and the warning says why."""
+    ours = _samples(kind, report, {}, now or utc_now())
+    hosts = {str(n.get("host", "")) for n in report.get("nodes", [])}
+    previous = Path(previous)
+    warning = None
+    try:
+        kept = _previous(previous.read_bytes().decode("utf-8"), kind) if previous.exists() else {}
+    except (OSError, UnicodeDecodeError, BadTextfile) as exc:
+        warning = f"{previous}: warning: not a gpuboot textfile ({exc}); written afresh"
+        kept = {}
+    for name, rows in kept.items():
+        rows = [(h, line) for h, line in rows if h not in hosts]
+        # one line per series (name and labels): a hand-edited duplicate is dropped
+        series: dict[str, str] = {}
+        for _h, line in sorted(rows, key=lambda r: host_key(r[0])):
+            series.setdefault(line.rsplit(" ", 1)[0], line)
+        ours[name] = list(series.values()) + ours[name]
+    return _text(kind, ours), warning
+
+
+def write_merged(
+    report: dict[str, Any],
+    path: Path | str,
+    *,
+    now: datetime | None = None,
+    kind: str = SCAN,
+) -> tuple[Path, str | None]:
+    """Replace ``path`` with :func:`merge`'s text; (path, warning)."""
+    text, warning = merge(report, path, now=now, kind=kind)
+    return atomic_write(Path(path), text.encode("utf-8")), warning

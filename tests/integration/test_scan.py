@@ -67,7 +67,7 @@ def test_healthy_node_scans_clean_and_is_left_alone(lab, cluster, dirs):
         ("node1", "PASS", {})
     ]
     assert (
-        'gpuboot_node_verdict{host="node1",verdict="PASS"} 1'
+        'gpuboot_scan_node_verdict{host="node1",verdict="PASS"} 1'
         in (dirs / "gpuboot-scan.prom").read_text()
     )
 
@@ -83,7 +83,7 @@ def test_drift_is_new_and_takes_the_node_out_of_service(lab, cluster, dirs):
     assert UNCERT in {t["key"] for t in stored["spec"]["taints"]}
     assert history(dirs)[-1]["failing"]["NVL-001"] == "FAIL"
     assert (
-        'gpuboot_node_verdict{host="node1",verdict="FAIL"} 1'
+        'gpuboot_scan_node_verdict{host="node1",verdict="FAIL"} 1'
         in (dirs / "gpuboot-scan.prom").read_text()
     )
 

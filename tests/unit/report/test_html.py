@@ -56,7 +56,9 @@ def test_header_summary_and_table(report):
     assert "1 of 5 nodes certified, 1 partial" in text
     assert "partial" in text and "until 2026-12-22: BW-005 not proven" in text
     rows = [a for t, a in p.tags if t == "tr"]
-    assert len(rows) == 1 + 5 + 5 * 7  # header, node rows, all-checks tables (header + 6)
+    # summary (header + 9 problem groups), the 3 nodes not passed, the 2 passing ones
+    # (collapsed), all-checks tables (header + 6)
+    assert len(rows) == (1 + 9) + (1 + 3) + (1 + 2) + 5 * 7
     assert "until 2026-12-22" in text and "not issued" in text
     # verdict is text, not colour alone
     for word in ("✓ PASS", "⚠ WARN", "✗ FAIL", "⊘ ERROR"):
@@ -65,7 +67,7 @@ def test_header_summary_and_table(report):
 
 def test_failures_with_actions(report):
     page = html.render(report, now=NOW)
-    failures = page[page.index("Failures and what to do") : page.index("Measured bandwidth")]
+    failures = page[page.index("Failures and what to do") : page.index("Verdict per node")]
     assert "GPU 5: 12 of 18 NVLink links inactive (links 6-17)" in failures
     assert "reseat the GPU baseboard; if links stay down, RMA the board" in failures
     assert "enable persistence mode (nvidia-persistenced)" in failures

@@ -64,33 +64,34 @@ def certs():
 def test_valid_exposition_with_help_and_type(report, certs):
     fam = parse(prometheus.render(report, certs, now=NOW))
     assert set(fam) == {
-        "gpuboot_node_certified",
-        "gpuboot_node_verdict",
-        "gpuboot_rule_status",
-        "gpuboot_measurement",
-        "gpuboot_certificate_expiry_timestamp_seconds",
-        "gpuboot_last_run_timestamp_seconds",
+        "gpuboot_certify_node_certified",
+        "gpuboot_certify_node_verdict",
+        "gpuboot_certify_rule_status",
+        "gpuboot_certify_bandwidth_bits_per_second",
+        "gpuboot_certify_bandwidth_bytes_per_second",
+        "gpuboot_certify_certificate_expiry_timestamp_seconds",
+        "gpuboot_certify_last_run_timestamp_seconds",
     }
     assert all(f["type"] == "gauge" and f["help"] for f in fam.values())
 
 
 def test_values(report, certs):
     fam = parse(prometheus.render(report, certs, now=NOW))
-    certified = fam["gpuboot_node_certified"]["samples"]
+    certified = fam["gpuboot_certify_node_certified"]["samples"]
     assert certified[(("host", "gpu-a01"),)] == 1
     assert certified[(("host", "gpu-a02"),)] == 0  # passed, but no certificate given
     assert certified[(("host", "gpu-c11"),)] == 0
-    rules = fam["gpuboot_rule_status"]["samples"]
+    rules = fam["gpuboot_certify_rule_status"]["samples"]
     key = (("host", "gpu-b07.rack2.example.net"), ("rule", "NVL-001"))
     assert rules[(*key, ("status", "FAIL"))] == 1
     assert rules[(*key, ("status", "PASS"))] == 0
     assert len(rules) == 5 * 6 * 5  # every status (SKIPPED too) of every rule: never vanish
-    meas = fam["gpuboot_measurement"]["samples"]
-    assert meas[(("host", "gpu-a01"), ("name", "ib_write_bw mlx5_0"), ("unit", "Gb/s"))] == 392.1
+    meas = fam["gpuboot_certify_bandwidth_bits_per_second"]["samples"]  # Gb/s in bits/s
+    assert meas[(("host", "gpu-a01"), ("figure", "ib_write_bw mlx5_0"))] == 392.1e9
     assert not any(dict(k)["host"] == "gpu-c11" for k in meas)  # not measured: no fake 0
-    expiry = fam["gpuboot_certificate_expiry_timestamp_seconds"]["samples"]
+    expiry = fam["gpuboot_certify_certificate_expiry_timestamp_seconds"]["samples"]
     assert expiry == {(("host", "gpu-a01"),): 1797934800.0}
-    assert fam["gpuboot_last_run_timestamp_seconds"]["samples"][()] == NOW.timestamp()
+    assert fam["gpuboot_certify_last_run_timestamp_seconds"]["samples"][()] == NOW.timestamp()
 
 
 def test_label_values_are_escaped():
@@ -105,7 +106,7 @@ def test_label_values_are_escaped():
         ]
     }
     fam = parse(prometheus.render(report, now=NOW))
-    assert fam["gpuboot_node_certified"]["samples"] == {(("host", 'we"ird\\host\nx'),): 0}
+    assert fam["gpuboot_certify_node_certified"]["samples"] == {(("host", 'we"ird\\host\nx'),): 0}
 
 
 def test_write_is_atomic_and_world_readable(report, tmp_path):
@@ -113,6 +114,6 @@ def test_write_is_atomic_and_world_readable(report, tmp_path):
     target.parent.mkdir()
     target.write_text("old\n")
     path = prometheus.write(report, target, now=NOW)
-    assert path == target and path.read_text().startswith("# HELP gpuboot_node_certified")
+    assert path == target and path.read_text().startswith("# HELP gpuboot_certify_node_certified")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644  # node_exporter runs as another user
     assert os.listdir(target.parent) == ["gpuboot.prom"]  # temp file renamed, not left behind

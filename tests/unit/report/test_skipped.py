@@ -79,11 +79,11 @@ def test_junit_skipped_element_with_reason():
 
 def test_prometheus_rule_status_has_skipped_state():
     text = prometheus.render(_mixed(), now=NOW)
-    assert 'gpuboot_rule_status{host="gpu-a01",rule="BW-001",status="SKIPPED"} 1' in text
-    assert 'gpuboot_rule_status{host="gpu-a01",rule="BW-001",status="PASS"} 0' in text
-    assert 'gpuboot_rule_status{host="gpu-a01",rule="GPU-001",status="SKIPPED"} 0' in text
+    assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="BW-001",status="SKIPPED"} 1' in text
+    assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="BW-001",status="PASS"} 0' in text
+    assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="GPU-001",status="SKIPPED"} 0' in text
     # a node verdict is never SKIPPED: that state set keeps its four values
-    assert 'gpuboot_node_verdict{host="gpu-a01",verdict="SKIPPED"}' not in text
+    assert 'gpuboot_certify_node_verdict{host="gpu-a01",verdict="SKIPPED"}' not in text
 
 
 def test_html_shows_skipped_with_reason():

@@ -26,8 +26,8 @@ def test_all_outputs_with_key(report, key, tmp_path):
         assert not certificate.verify(path, pub, host=host, now=NOW).ok
     assert "0 of 5 nodes certified, 2 partial" in paths["html"].read_text()
     prom = paths["prometheus"].read_text()
-    assert 'gpuboot_certificate_expiry_timestamp_seconds{host="gpu-a02"}' in prom
-    assert 'gpuboot_node_certified{host="gpu-a02"} 0' in prom  # partial: not certified
+    assert 'gpuboot_certify_certificate_expiry_timestamp_seconds{host="gpu-a02"}' in prom
+    assert 'gpuboot_certify_node_certified{host="gpu-a02"} 0' in prom  # partial: not certified
     ET.parse(paths["junit"])
     assert all(p.exists() for p in paths.values())
 
@@ -43,4 +43,4 @@ def test_without_key_no_certificates(report, tmp_path):
     paths = write_reports(report, tmp_path, key_path=None, now=NOW)
     assert set(paths) == {"html", "junit", "prometheus"}
     assert not (tmp_path / "certificates").exists()
-    assert 'gpuboot_node_certified{host="gpu-a01"} 0' in paths["prometheus"].read_text()
+    assert 'gpuboot_certify_node_certified{host="gpu-a01"} 0' in paths["prometheus"].read_text()
