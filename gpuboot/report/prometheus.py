@@ -2,8 +2,9 @@
 
 Certify and scan write distinct families (``gpuboot_certify_*``, ``gpuboot_scan_*``): both
 files may sit in one collector directory, and the same name with the same labels from two
-files is a duplicate series. Units are SI and in the name, never in a label: GB/s figures
-are exported in bytes per second, Gb/s ones in bits per second.
+files is a duplicate series. Units are in the name, never in a label, and base units: every
+bandwidth is exported in bytes per second, Gb/s figures (network) included, divided by 8.
+(Prometheus's base unit for data is the byte; promtool's lint rejects ``_bits`` names.)
 
 State sets (verdict, rule status): one series per status, 1 for the current one and 0 for
 the others, so series never vanish and alerts match on ``{status="FAIL"} == 1``.
@@ -44,8 +45,8 @@ UNITS = {
     "GB/s": ("bytes_per_second", 1e9),
     "MB/s": ("bytes_per_second", 1e6),
     "GiB/s": ("bytes_per_second", 2.0**30),
-    "Gb/s": ("bits_per_second", 1e9),
-    "Mb/s": ("bits_per_second", 1e6),
+    "Gb/s": ("bytes_per_second", 1e9 / 8),
+    "Mb/s": ("bytes_per_second", 1e6 / 8),
 }
 _SUFFIXES = sorted({s for s, _f in UNITS.values()})
 

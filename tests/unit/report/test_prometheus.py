@@ -67,7 +67,6 @@ def test_valid_exposition_with_help_and_type(report, certs):
         "gpuboot_certify_node_certified",
         "gpuboot_certify_node_verdict",
         "gpuboot_certify_rule_status",
-        "gpuboot_certify_bandwidth_bits_per_second",
         "gpuboot_certify_bandwidth_bytes_per_second",
         "gpuboot_certify_certificate_expiry_timestamp_seconds",
         "gpuboot_certify_last_run_timestamp_seconds",
@@ -86,8 +85,8 @@ def test_values(report, certs):
     assert rules[(*key, ("status", "FAIL"))] == 1
     assert rules[(*key, ("status", "PASS"))] == 0
     assert len(rules) == 5 * 6 * 5  # every status (SKIPPED too) of every rule: never vanish
-    meas = fam["gpuboot_certify_bandwidth_bits_per_second"]["samples"]  # Gb/s in bits/s
-    assert meas[(("host", "gpu-a01"), ("figure", "ib_write_bw mlx5_0"))] == 392.1e9
+    meas = fam["gpuboot_certify_bandwidth_bytes_per_second"]["samples"]  # Gb/s: bytes/s too
+    assert meas[(("host", "gpu-a01"), ("figure", "ib_write_bw mlx5_0"))] == 392.1e9 / 8
     assert not any(dict(k)["host"] == "gpu-c11" for k in meas)  # not measured: no fake 0
     expiry = fam["gpuboot_certify_certificate_expiry_timestamp_seconds"]["samples"]
     assert expiry == {(("host", "gpu-a01"),): 1797934800.0}

@@ -1,0 +1,158 @@
+"""Prometheus textfiles at fleet scale: units in the metric name, certify and scan families
+distinct, scan drift and last-scan metrics, the scan textfile merged under --limit, label
+values escaped, no duplicate series, and promtool's own check."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuboot.report import prometheus
+
+from .conftest import NOW
+from .fleet import FIGURES, fleet_report, scan_report
+from .test_prometheus import parse
+
+ODD = 'rack"1\\node\n7'  # quote, backslash, newline: each escaped in a label value
+
+
+def _promtool(text: str) -> subprocess.CompletedProcess[str]:
+    # make setup installs Debian's prometheus package (promtool): missing is a failure
+    tool = shutil.which("promtool")
+    assert tool, "promtool is missing: run make setup (Debian package prometheus)"
+    return subprocess.run(
+        [tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+
+
+def _series(fam: dict[str, dict]) -> set[tuple]:
+    return {(name, labels) for name, f in fam.items() for labels in f["samples"]}
+
+
+@pytest.fixture(scope="module")
+def fleet_text() -> str:
+    return prometheus.render(fleet_report(), now=NOW)
+
+
+def test_units_in_the_name_in_base_units_never_in_a_label(fleet_text):
+    fam = parse(fleet_text)
+    assert not any("unit" in dict(k) for f in fam.values() for k in f["samples"])
+    assert [n for n in fam if "bandwidth" in n] == ["gpuboot_certify_bandwidth_bytes_per_second"]
+    bw = fam["gpuboot_certify_bandwidth_bytes_per_second"]["samples"]
+    node1 = {dict(k)["figure"]: v for k, v in bw.items() if dict(k)["host"] == "node1"}
+    assert set(node1) == {figure for _r, figure, _u, _b in FIGURES}
+    report = fleet_report(1)["nodes"][0]["measurements"]
+    given = {m["name"]: m["value"] for m in report}
+    assert node1["nvbandwidth_h2d"] == pytest.approx(given["nvbandwidth_h2d"] * 1e9)  # GB/s
+    assert node1["ib_write_bw"] == pytest.approx(given["ib_write_bw"] * 1e9 / 8)  # Gb/s
+    assert not any(dict(k)["host"] == "node2" for k in bw)  # not measured: no fake 0
+
+
+def test_certify_and_scan_families_are_distinct(fleet_text):
+    scan = prometheus.render(scan_report(["node1"], {}), now=NOW, kind=prometheus.SCAN)
+    certify, scanned = parse(fleet_text), parse(scan)
+    assert all(n.startswith("gpuboot_certify_") for n in certify)
+    assert all(n.startswith("gpuboot_scan_") for n in scanned)
+    # both files in one collector directory: not one series in common
+    assert not _series(certify) & _series(scanned)
+    assert "gpuboot_scan_node_certified" not in scanned  # a scan certifies nothing
+
+
+def test_scan_drift_and_last_scan_timestamp():
+    report = scan_report(["node1", "node2"], {"node2": "NVL-001"})
+    report["nodes"][1]["drift"].update(new=[], still=["NVL-001"], cleared=["PCI-001"])
+    fam = parse(prometheus.render(report, now=NOW, kind=prometheus.SCAN))
+    drift = fam["gpuboot_scan_drift_rules"]["samples"]
+    assert drift[(("host", "node2"), ("change", "still"))] == 1
+    assert drift[(("host", "node2"), ("change", "new"))] == 0
+    assert drift[(("host", "node2"), ("change", "cleared"))] == 1
+    assert drift[(("host", "node1"), ("change", "new"))] == 0
+    last = fam["gpuboot_scan_last_scan_timestamp_seconds"]["samples"]
+    assert last == {(("host", "node1"),): NOW.timestamp(), (("host", "node2"),): NOW.timestamp()}
+
+
+def test_limit_merge_keeps_the_nodes_not_in_this_run(tmp_path: Path):
+    prom = tmp_path / "gpuboot-scan.prom"
+    earlier = NOW.replace(hour=9)
+    full = scan_report(["node1", "node2", ODD], {"node2": "NVL-001", ODD: "PCI-001"})
+    path, warning = prometheus.write_merged(full, prom, now=earlier)
+    assert path == prom and warning is None
+    # scan --limit node1: node1 fails now; node2's FAIL (and its alert) must stay
+    path, warning = prometheus.write_merged(
+        scan_report(["node1"], {"node1": "XID-001"}), prom, now=NOW
+    )
+    text = prom.read_text()
+    fam = parse(text)  # strict: families contiguous, no duplicate series
+    assert warning is None
+    rules = fam["gpuboot_scan_rule_status"]["samples"]
+    assert rules[(("host", "node2"), ("rule", "NVL-001"), ("status", "FAIL"))] == 1
+    assert rules[(("host", ODD), ("rule", "PCI-001"), ("status", "FAIL"))] == 1  # escaped, kept
+    assert rules[(("host", "node1"), ("rule", "XID-001"), ("status", "FAIL"))] == 1
+    last = fam["gpuboot_scan_last_scan_timestamp_seconds"]["samples"]
+    assert last[(("host", "node1"),)] == NOW.timestamp()
+    assert last[(("host", "node2"),)] == earlier.timestamp()  # its own scan's time, not ours
+    assert {dict(k)["host"] for k in fam["gpuboot_scan_node_verdict"]["samples"]} == {
+        "node1",
+        "node2",
+        ODD,
+    }
+    # the same run again changes nothing: merging is idempotent
+    prometheus.write_merged(scan_report(["node1"], {"node1": "XID-001"}), prom, now=NOW)
+    assert prom.read_text() == text
+    assert _promtool(text).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [
+        b"\xff\xfe garbage",
+        b'gpuboot_scan_node_verdict{host="node2",verdict="FAIL"} 1 trailing junk\n',
+        b'gpuboot_scan_node_verdict{host="node2 1\n',
+        b"<html>not metrics</html>\n",
+    ],
+)
+def test_a_corrupt_previous_file_is_written_afresh_with_a_warning(tmp_path: Path, previous):
+    prom = tmp_path / "gpuboot-scan.prom"
+    prom.write_bytes(previous)
+    path, warning = prometheus.write_merged(scan_report(["node1"], {}), prom, now=NOW)
+    assert warning and str(prom) in warning and "written afresh" in warning
+    fam = parse(path.read_text())
+    assert {dict(k)["host"] for k in fam["gpuboot_scan_node_verdict"]["samples"]} == {"node1"}
+
+
+def test_foreign_families_and_duplicates_in_the_previous_file_are_not_carried(tmp_path: Path):
+    prom = tmp_path / "gpuboot-scan.prom"
+    prom.write_text(
+        "# HELP gpuboot_node_verdict old name\n"
+        'gpuboot_node_verdict{host="node9",verdict="FAIL"} 1\n'  # a name no longer written
+        'gpuboot_scan_node_verdict{host="node9",verdict="FAIL"} 1\n'
+        'gpuboot_scan_node_verdict{host="node9",verdict="FAIL"} 0\n'  # hand-edited duplicate
+    )
+    _path, warning = prometheus.write_merged(scan_report(["node1"], {}), prom, now=NOW)
+    fam = parse(prom.read_text())
+    assert warning is None and "gpuboot_node_verdict" not in fam
+    assert fam["gpuboot_scan_node_verdict"]["samples"][(("host", "node9"), ("verdict", "FAIL"))]
+
+
+def test_label_values_escaped_per_the_exposition_format():
+    report = scan_report([ODD], {ODD: "NVL-001"})
+    text = prometheus.render(report, now=NOW, kind=prometheus.SCAN)
+    assert 'host="rack\\"1\\\\node\\n7"' in text
+    assert "\n7" not in text.replace("\\n7", "")  # no raw newline inside a label
+    assert parse(text)["gpuboot_scan_node_verdict"]["samples"][(("host", ODD), ("verdict", "FAIL"))]
+
+
+def test_fleet_textfiles_pass_promtool_without_duplicate_series(fleet_text):
+    scan = prometheus.render(
+        scan_report([f"node{i}" for i in range(1, 301)], {"node7": "NVL-001"}),
+        now=NOW,
+        kind=prometheus.SCAN,
+    )
+    for text in (fleet_text, scan):
+        parse(text)  # asserts no duplicate series
+        result = _promtool(text)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert not (result.stdout + result.stderr).strip()  # not even a lint remark
