@@ -260,6 +260,20 @@ def test_kernel_module_waits_for_the_driver_it_was_built_for(node):
     assert marker.read_text() == "nvidia_peermem not loaded, 570.133.20 installed\n"
 
 
+@pytest.mark.parametrize(
+    ("unloaded", "reboot", "modprobe"),
+    [("load", False, [["modprobe", "mlx5_core"]]), ("reboot", True, []), ("nothing", False, [])],
+)
+def test_kernel_module_not_loaded_does_what_the_role_asks(node, unloaded, reboot, modprobe):
+    # doca_ofed: openibd loads the RDMA modules, a module still missing needs a reboot;
+    # the driver without nvidia_driver_load_module and fabric manager leave it alone
+    n = node({}, modinfo={"mlx5_core": "24.10-1.1.4"})
+    marker = n.root / "marker"
+    result = kmod(n, name="mlx5_core", unloaded=unloaded, reboot_marker=str(marker))
+    assert result["reboot_needed"] is reboot and n.calls("modprobe") == modprobe
+    assert marker.exists() is reboot
+
+
 def test_kernel_module_check_mode_loads_nothing(node):
     n = node({}, modinfo={"nvidia_fs": "2.20.5"})
     result = kmod(n, check=True, name="nvidia_fs", reboot_marker=str(n.root / "m"))
