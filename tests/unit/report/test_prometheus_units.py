@@ -156,3 +156,32 @@ def test_fleet_textfiles_pass_promtool_without_duplicate_series(fleet_text):
         result = _promtool(text)
         assert result.returncode == 0, result.stdout + result.stderr
         assert not (result.stdout + result.stderr).strip()  # not even a lint remark
+
+
+def test_cli_scan_under_limit_keeps_the_other_nodes_in_the_textfile(tmp_path, monkeypatch):
+    from gpuboot import cli, scan
+
+    inventory = tmp_path / "fleet.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    gpuboot_profile: hgx-h100-sxm-8gpu\n"
+        '    nvidia_driver_branch: "550"\n    nvidia_driver_version: "550.54.15-1"\n'
+        "    ansible_host: 127.0.0.1\n"
+        "  children:\n    gpu:\n      hosts:\n        node1:\n        node2:\n"
+    )
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    runs = iter([scan_report(["node1", "node2"], {"node2": "NVL-001"}), scan_report(["node1"], {})])
+
+    def fake_scan(_inventory, *, limit=None, **_kw):  # the hosts judged: no ssh here
+        report = next(runs)
+        assert [n["host"] for n in report["nodes"]] == (["node1"] if limit else ["node1", "node2"])
+        return {**report, "run_dir": str(tmp_path / "run"), "history": str(tmp_path / "h")}
+
+    monkeypatch.setattr(scan, "scan", fake_scan)
+    argv = ["scan", "-q", "-i", str(inventory), "--textfile-dir", str(textfiles)]
+    assert cli.main(argv) == 1  # node2 fails
+    assert cli.main([*argv, "--limit", "node1"]) == 0
+    fam = parse((textfiles / "gpuboot-scan.prom").read_text())
+    rules = fam["gpuboot_scan_rule_status"]["samples"]
+    assert rules[(("host", "node2"), ("rule", "NVL-001"), ("status", "FAIL"))] == 1
+    assert rules[(("host", "node1"), ("rule", "NVL-001"), ("status", "PASS"))] == 1
