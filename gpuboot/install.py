@@ -73,15 +73,25 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     return overlay
 
 
+def ansible_code() -> list[Path]:
+    """The files that decide what a converge does: playbooks, roles and the modules they
+    call (bytecode caches are the interpreter's, not ours)."""
+    return [
+        path
+        for base in (paths.PLAYBOOKS_DIR, paths.ROLES_DIR, paths.COLLECTIONS_DIR)
+        for path in sorted(base.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    ]
+
+
 def desired_digests(inv: Inventory, hosts: list[str]) -> dict[str, str]:
     """Per host, a digest of everything that decides its desired state: its variables
     (stack pins included) and the playbook and role code. The gpuboot_converged role
     skips a node only when this matches the digest recorded at its last converge."""
     code = hashlib.sha256()
-    for base in (PLAYBOOK.parent, paths.ROLES_DIR):
-        for path in sorted(p for p in base.rglob("*") if p.is_file()):
-            code.update(str(path.relative_to(paths.ANSIBLE_DIR)).encode() + b"\0")
-            code.update(path.read_bytes())
+    for path in ansible_code():
+        code.update(str(path.relative_to(paths.ANSIBLE_DIR)).encode() + b"\0")
+        code.update(path.read_bytes())
     digests = {}
     for host in hosts:
         host_vars = json.dumps(inv.resolved(host), sort_keys=True, default=str)
