@@ -22,7 +22,7 @@ options:
     description: Pins as C(name=version), the full Debian version (epoch and revision).
     type: list
     elements: str
-    required: true
+    default: []
   pin_file:
     description: The apt preferences file this call owns (rewritten whole).
     type: path
@@ -36,6 +36,20 @@ options:
       - Regular expressions (matched against whole package names) of packages the pins
         replace. A package matching one that is present on the node and not pinned here is
         removed before the install (its hold, an earlier run's, goes with it).
+    type: list
+    elements: str
+    default: []
+  hold_installed:
+    description:
+      - Names held when installed, never installed: the metas that would pull a newer
+        release (C(linux-image-generic)).
+    type: list
+    elements: str
+    default: []
+  unpinned:
+    description:
+      - Names installed at apt's candidate version when missing, neither pinned nor held
+        (a site package its owner does not version).
     type: list
     elements: str
     default: []
@@ -53,7 +67,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 installed:
-  description: Pins (name=version) this run installed, or would install in check mode.
+  description: Pins (name=version) and unpinned names this run installed (or would).
   type: list
   returned: always
 removed:
@@ -61,7 +75,7 @@ removed:
   type: list
   returned: always
 held:
-  description: Pinned packages held by this run (or that would be).
+  description: Pinned and hold_installed packages held by this run (or that would be).
   type: list
   returned: always
 pinned:
@@ -140,7 +154,7 @@ class AptBackend:
     def remove(self, names):
         self._run([*self.APT, "--allow-change-held-packages", "remove", *names])
 
-    def install(self, pins):
+    def install(self, pins, names=()):
         self._run(
             [
                 *self.APT,
@@ -153,6 +167,7 @@ class AptBackend:
                 "Dpkg::Options::=--force-confold",
                 "install",
                 *[f"{name}={version}" for name, version in pins],
+                *names,
             ]
         )
 
@@ -176,9 +191,10 @@ def parse_pins(packages):
     return pins
 
 
-def plan(pins, packages, supersede):
-    """What a run must do, from the pins and the node's packages (a pure function)."""
-    names = {name for name, _ in pins}
+def plan(pins, packages, supersede, hold_installed=(), unpinned=()):
+    """What a run must do, from the pins and the node's packages (a pure function):
+    (superseded to remove, pins to install, names to hold, unpinned names to install)."""
+    names = {name for name, _ in pins} | set(unpinned)
     patterns = [re.compile(p) for p in supersede]
     removed = sorted(
         p.name
@@ -190,10 +206,13 @@ def plan(pins, packages, supersede):
         for name, version in pins
         if not (name in packages and packages[name].installed and packages[name].version == version)
     ]
-    unheld = [name for name, _ in pins if not (name in packages and packages[name].held)]
+    absent = [n for n in unpinned if not (n in packages and packages[n].installed)]
+    holds = [name for name, _ in pins]
+    holds += [n for n in hold_installed if n in packages and packages[n].installed]
+    unheld = [n for n in holds if not (n in packages and packages[n].held)]
     # apt drops the hold of a package it was allowed to change: hold those again too
     held = sorted(set(unheld) | {name for name, _ in missing})
-    return removed, missing, held
+    return removed, missing, held, absent
 
 
 def describe(pins, packages):
@@ -236,14 +255,20 @@ def run(module, backend):
             re.compile(pattern)
         except re.error as exc:
             raise PinError(f"supersede pattern {pattern!r}: {exc}") from exc
+    unpinned = params["unpinned"]
+    if not pins and not unpinned:
+        raise PinError("nothing to install: neither packages nor unpinned names")
     before = backend.state()
-    removed, missing, held = plan(pins, before, params["supersede"])
+    removed, missing, held, absent = plan(
+        pins, before, params["supersede"], params["hold_installed"], unpinned
+    )
     pin_before = read_file(params["pin_file"])
-    pin_after = backend.pin_text(pins, params["owner"])
+    # no pin, no pin file: the run writes none rather than an empty one
+    pin_after = backend.pin_text(pins, params["owner"]) if pins else pin_before
     pinned = pin_before != pin_after
     result = {
-        "changed": bool(removed or missing or held or pinned),
-        "installed": [f"{n}={v}" for n, v in missing],
+        "changed": bool(removed or missing or held or pinned or absent),
+        "installed": [f"{n}={v}" for n, v in missing] + absent,
         "removed": removed,
         "held": held,
         "pinned": pinned,
@@ -251,11 +276,15 @@ def run(module, backend):
     if module._diff:
         # what a converged node shows: every pin installed at its version and held
         want = "".join(f"{n} {v} held\n" for n, v in pins)
+        want += "".join(f"{n} held\n" for n in held if n not in dict(pins))
+        want += "".join(f"{n} (candidate)\n" for n in absent)
         result["diff"] = [
             {"before_header": params["pin_file"], "before": pin_before, "after": pin_after},
             {
                 "before_header": "packages",
-                "before": describe(pins, before)
+                "before": describe(
+                    [*pins, *((n, "") for n in held + absent if n not in dict(pins))], before
+                )
                 + "".join(f"{n} {before[n].version} (superseded)\n" for n in removed),
                 "after": want,
             },
@@ -267,8 +296,8 @@ def run(module, backend):
     # the pin first: apt then installs what it names, and no older pin can outvote it
     if pinned:
         write_file(params["pin_file"], pin_after)
-    if missing:
-        backend.install(missing)
+    if missing or absent:
+        backend.install(missing, absent)
     if held:
         backend.hold(held)
     # trust no exit code alone: read the node again, every pin installed and held
@@ -284,6 +313,8 @@ def run(module, backend):
             and after[name].held
         )
     ]
+    wrong += [f"{n} absent" for n in unpinned if not (n in after and after[n].installed)]
+    wrong += [f"{n} unheld" for n in held if n not in dict(pins) and not after[n].held]
     if wrong:
         raise PinError(f"after the install, not as pinned: {', '.join(wrong)}")
     return result
@@ -292,10 +323,12 @@ def run(module, backend):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "packages": {"type": "list", "elements": "str", "required": True},
+            "packages": {"type": "list", "elements": "str", "default": []},
             "pin_file": {"type": "path", "required": True},
             "owner": {"type": "str", "default": "gpuboot"},
             "supersede": {"type": "list", "elements": "str", "default": []},
+            "hold_installed": {"type": "list", "elements": "str", "default": []},
+            "unpinned": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
