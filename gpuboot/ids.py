@@ -66,11 +66,8 @@ JUDGED_ONLY: dict[str, str] = {
 # PATCH tasks no certify rule judges (so no rule id to tag them with): they carry their own id
 # and their role's tag.
 OUTSIDE_CERTIFY: dict[str, str] = {
-    "PRB-009": "probe tools: they make the bandwidth rules measurable (missing is ERROR), "
+    "PRB-010": "probe tools: they make the bandwidth rules measurable (missing is ERROR), "
     "never a bandwidth within band",
-    "PRB-010": "probe tools (see PRB-009)",
-    "PRB-011": "probe tools (see PRB-009)",
-    "PRB-012": "probe tools (see PRB-009)",
     "K8S-003": "the kubelet's registration taint: the Kubernetes join gate lifts it, no rule",
     "DCGM-020": "the DCGM host engine: it makes DCG-001 (judged only) runnable (down is ERROR)",
     "DCGM-021": "the host engine restarted after an NSCQ change (see DCGM-020)",

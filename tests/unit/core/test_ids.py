@@ -234,7 +234,10 @@ def _listed(tags: str, tmp: Path) -> list[tuple[str, set[str]]]:
 @pytest.mark.parametrize(
     ("rule", "runs"),
     [
-        ("STK-002", "BASE-003 | PATCH | Hold the kernel and the metas that would pull a newer one"),
+        (
+            "STK-002",
+            "BASE-001 | PATCH | Install, pin and hold the kernel at exactly {{ gpuboot_baseline_kernel_release }}",
+        ),
         ("NIC-002", "QOS-001 | PATCH | Configure RoCE QoS"),
     ],
 )
