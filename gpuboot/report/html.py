@@ -111,7 +111,7 @@ vertical-align:0}
 .chart .missing{fill:#5a32a3;font-style:italic}.chart .pct{fill:#59636e}
 details{margin-top:8px}summary{cursor:pointer;color:var(--muted)}
 footer{margin-top:36px;color:var(--muted);font-size:13px}
-.summary td.hosts{word-break:break-word}
+.summary td.hosts{width:42%;overflow-wrap:anywhere}
 .summary .n{color:var(--muted);white-space:nowrap}
 .cards.compact .card{padding:6px 12px}.cards.compact .card .n{font-size:22px}
 .cards.compact .what{display:none}
