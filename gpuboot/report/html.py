@@ -255,6 +255,13 @@ def _groups(nodes: list[dict[str, Any]]) -> list[tuple[str, str, str, list[str]]
                 groups.setdefault((status, "measurement", title), []).append(host)
         if unmeasured:
             groups.setdefault((ERROR, "not measured", ", ".join(unmeasured)), []).append(host)
+        verdict = str(n.get("verdict"))
+        if verdict != PASS and not any(host in hosts for hosts in groups.values()):
+            # e.g. every check SKIPPED: an ERROR no single rule explains, still on the list
+            title = "no failing check explains it (did any check run?)"
+            groups.setdefault((verdict if verdict in BAD else ERROR, "verdict", title), []).append(
+                host
+            )
     return sorted(
         (
             (s, what, title, sorted(hosts, key=host_key))

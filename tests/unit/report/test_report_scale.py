@@ -97,3 +97,13 @@ def test_small_report_keeps_a_bar_per_node_sorted_by_value():
     assert "not measured (ERROR: cannot judge: nvbandwidth_h2d missing)" in h2d
     values = [float(v) for v in re.findall(r'font-weight="700">([\d.]+) GB/s<', h2d)]
     assert len(values) == 10 and values == sorted(values)
+
+
+def test_a_node_not_passed_without_a_failing_finding_is_still_in_the_summary():
+    report = fleet_report(3)
+    node = report["nodes"][2]  # node3: nothing ran, so the engine's verdict is ERROR
+    node.update(verdict="ERROR", measurements=[])
+    for f in node["findings"]:
+        f.update(status="SKIPPED", reason="not applicable: probe level none")
+    rows = _summary_rows(html.render(report, now=NOW))
+    assert any("node3" in r and "ERROR" in r and "verdict" in r for r in rows), rows
