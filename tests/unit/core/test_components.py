@@ -57,12 +57,12 @@ FAULTS = [
     ),
     (
         "rule id that does not exist",
-        lambda d: d["roles"]["cuda_toolkit"]["rules"].append("STK-099"),
+        lambda d: d["roles"]["cuda_toolkit"]["rules"].append("STK-999"),
         "roles.cuda_toolkit.rules[1]",
     ),
     (
         "undo rule that does not exist",
-        lambda d: d["roles"]["roce_qos"]["undo"].update(fails="NIC-009"),
+        lambda d: d["roles"]["roce_qos"]["undo"].update(fails="STK-999"),
         "roles.roce_qos.undo.fails",
     ),
     (
