@@ -154,7 +154,7 @@ RULES: tuple[Rule, ...] = (
         "STK-002",
         "every package the stack pins installed at its version and held",
         FAIL,
-        "re-pin the stack (`gpuboot install --full`): it installs the pinned versions and "
+        "re-pin the stack (`gpuboot install --tags STK-002`): it installs the pinned versions and "
         "holds them; find who ran `apt-mark unhold` or upgraded past the hold",
         stack_rules.check_pinned_packages,
         ("dpkg-query_-W.txt", "apt-mark_showhold.txt"),
@@ -163,7 +163,7 @@ RULES: tuple[Rule, ...] = (
         "STK-003",
         "unattended-upgrades blacklists every package the stack pins",
         FAIL,
-        "re-apply the OS baseline (`gpuboot install --tags baseline`): it writes "
+        "re-apply the OS baseline (`gpuboot install --tags STK-003`): it writes "
         "/etc/apt/apt.conf.d/51gpuboot-unattended-upgrades",
         stack_rules.check_unattended_blacklist,
         ("apt-config_dump_Unattended-Upgrade.txt",),
@@ -180,7 +180,7 @@ RULES: tuple[Rule, ...] = (
         "GPU-002",
         "persistence mode enabled on every GPU",
         FAIL,
-        "enable nvidia-persistenced (`gpuboot install --tags driver`)",
+        "enable nvidia-persistenced (`gpuboot install --tags GPU-002`)",
         check_persistence,
         ("nvidia-smi_--query-gpu_--format=csv.csv",),
     ),
@@ -300,7 +300,8 @@ RULES: tuple[Rule, ...] = (
         "NIC-002",
         "RoCE QoS: trust DSCP and PFC on the RoCE priority",
         FAIL,
-        "re-apply the QoS settings (`gpuboot install`; `mlnx_qos -i IF --trust dscp --pfc ...`)",
+        "re-apply the QoS settings (`gpuboot install --tags NIC-002`; "
+        "`mlnx_qos -i IF --trust dscp --pfc ...`)",
         fabric_rules.check_roce_qos,
         ("mlnx_qos_-i_*.txt",),
     ),
@@ -308,7 +309,7 @@ RULES: tuple[Rule, ...] = (
         "NIC-003",
         "RoCE congestion control: ECN (DCQCN) on the RoCE priority",
         FAIL,
-        "re-apply the QoS settings (`gpuboot install --tags qos`; "
+        "re-apply the QoS settings (`gpuboot install --tags NIC-003`; "
         "`echo 1 > /sys/class/net/IF/ecn/roce_np/enable/3`, same for roce_rp)",
         fabric_rules.check_roce_ecn,
         ("sys_class_net_*_ecn_enable.txt",),

@@ -43,7 +43,7 @@ def test_drift_names_every_package_and_how():
         finding.reason
     )
     assert "not held: datacenter-gpu-manager" in finding.reason
-    assert "gpuboot install --full" in finding.action
+    assert "gpuboot install --tags STK-002" in finding.action
 
 
 def test_version_moved_past_the_pin():
@@ -89,7 +89,7 @@ def test_baseline_blacklist_covers_every_pinned_package():
 
 def test_missing_blacklist_names_the_packages_it_leaves_open():
     finding = _stk003("drifted")
-    assert finding.status == "FAIL" and "--tags baseline" in finding.action
+    assert finding.status == "FAIL" and "--tags STK-003" in finding.action
     assert finding.reason.startswith("unattended-upgrades may upgrade: doca-ofed, nvidia-driver-")
     assert "datacenter-gpu-manager" in finding.reason
 
