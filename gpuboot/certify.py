@@ -91,7 +91,7 @@ def evaluate_bundle(
             hint="a bundle is <bundle>/<host>/<probe-file>",
         )
     fixed_profile = load_profile(profile) if profile else None
-    reports = [_judge_host(root, h, fixed_profile, manifest) for h in sorted(hosts)]
+    reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest)
     return {
         "bundle": str(root),
         "manifest": "ignored"
@@ -122,7 +122,7 @@ def _bundle_hosts(root: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class _Manifest:
-    files: dict[str, str]  # relative path -> sha256
+    files: dict[str, dict[str, str]]  # host -> {file name: sha256}
     hosts: frozenset[str]  # every host of the run, with or without evidence kept
 
 
@@ -143,13 +143,17 @@ def _read_manifest(root: Path) -> _Manifest | str:
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return "MANIFEST.json is malformed: no files {path: sha256} mapping"
     run_hosts = doc.get("hosts") if isinstance(doc.get("hosts"), dict) else {}
-    names = {k.split("/", 1)[0] for k in files if "/" in k} | set(run_hosts)
-    return _Manifest(files, frozenset(h for h in names if is_safe_name(h)))
+    by_host: dict[str, dict[str, str]] = {}  # grouped once: a host's lookup is not a scan
+    for rel, digest in files.items():
+        host, sep, name = rel.partition("/")
+        if sep:
+            by_host.setdefault(host, {})[name] = digest
+    names = set(by_host) | set(run_hosts)
+    return _Manifest(by_host, frozenset(h for h in names if is_safe_name(h)))
 
 
 def _listed(manifest: _Manifest, host: str) -> dict[str, str]:
-    prefix = host + "/"
-    return {k.removeprefix(prefix): v for k, v in manifest.files.items() if k.startswith(prefix)}
+    return manifest.files.get(host, {})
 
 
 def _check_manifest(manifest: _Manifest | str, host: str, files: dict[str, bytes]) -> None:
@@ -221,6 +225,35 @@ def _partial(
         )
         for rule in rules.RULES
     ]
+
+
+# Judging is CPU-bound and each host independent: a large bundle is judged on every core.
+PARALLEL_FROM_HOSTS = 64
+
+
+def _judge_hosts(
+    root: Path,
+    hosts: list[str],
+    fixed_profile: dict[str, Any] | None,
+    manifest: _Manifest | str | None,
+) -> list[dict[str, Any]]:
+    cores = len(os.sched_getaffinity(0))
+    if len(hosts) < PARALLEL_FROM_HOSTS or cores < 2:
+        return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
+    from concurrent.futures import ProcessPoolExecutor
+
+    def own(host: str) -> _Manifest | str | None:  # each worker gets its host's list only
+        if isinstance(manifest, _Manifest):
+            return _Manifest({host: _listed(manifest, host)}, frozenset({host}))
+        return manifest
+
+    jobs = [(root, h, fixed_profile, own(h)) for h in hosts]
+    with ProcessPoolExecutor(max_workers=min(cores, 8)) as pool:
+        return list(pool.map(_judge_job, jobs, chunksize=16))
+
+
+def _judge_job(job: tuple) -> dict[str, Any]:
+    return _judge_host(*job)
 
 
 def _judge_host(
