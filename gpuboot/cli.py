@@ -336,11 +336,13 @@ def cmd_certify(args) -> Outcome:
         _check_output_file(args.calibrate, "--calibrate")
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         _check_kubeconfig(args)
+    from gpuboot.inventory import load_inventory
     from gpuboot.locks import hold_inventory
 
+    inv = load_inventory(args.inventory)  # read once: the lock, the run and the gate use it
     # The probes need idle GPUs and the gate changes taints: one such run per node.
-    with hold_inventory(args.inventory, args.limit, "certify"):
-        return _certify_inventory(args)
+    with hold_inventory(inv, args.limit, "certify"):
+        return _certify_inventory(args, inv)
 
 
 def _partial_text(paths: list[Any]) -> str:
@@ -423,7 +425,7 @@ def _check_kubeconfig(args) -> None:
     connect(args.kubeconfig, args.k8s_context)
 
 
-def _certify_inventory(args) -> Outcome:
+def _certify_inventory(args, inv) -> Outcome:
     """certify -i: checks and probes, reports, certificates, the gate."""
     from pathlib import Path
 
@@ -432,7 +434,7 @@ def _certify_inventory(args) -> Outcome:
     from gpuboot.report import write_reports
 
     report = certify.certify(
-        args.inventory,
+        inv,
         limit=args.limit,
         bundle_root=args.bundle_dir,
         progress=_progress(args),
@@ -474,7 +476,7 @@ def _certify_inventory(args) -> Outcome:
             text += f"\n  {figure} not calibrated: {why}"
     if args.kubeconfig:
         text, gate_ok = _gate(
-            args, report, text, allow_warn=args.allow_warn, allow_partial=args.allow_partial
+            args, inv, report, text, allow_warn=args.allow_warn, allow_partial=args.allow_partial
         )
         code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, report, text)
@@ -482,6 +484,7 @@ def _certify_inventory(args) -> Outcome:
 
 def _gate(
     args,
+    inv,
     report: dict[str, Any],
     text: str,
     *,
@@ -489,14 +492,13 @@ def _gate(
     allow_partial: bool = False,
 ):
     """Apply the Kubernetes join gate to the report's nodes; (text, every node gated)."""
-    from gpuboot.inventory import load_inventory
     from gpuboot.k8s import apply_gate
 
     actions = apply_gate(
         report,
         kubeconfig=args.kubeconfig,
         context=args.k8s_context,
-        node_names=load_inventory(args.inventory).k8s_node_names(),
+        node_names=inv.k8s_node_names(),
         dry_run=args.k8s_dry_run,
         allow_warn=allow_warn,
         allow_partial=allow_partial,
@@ -510,17 +512,19 @@ def _gate(
 
 
 def cmd_scan(args) -> Outcome:
+    from gpuboot.inventory import load_inventory
     from gpuboot.locks import hold_inventory
 
     if args.textfile_dir:  # written after every node was probed: checked before any
         _check_output_dir(args.textfile_dir, "--textfile-dir")
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         _check_kubeconfig(args)
-    with hold_inventory(args.inventory, args.limit, "scan"):
-        return _scan_inventory(args)
+    inv = load_inventory(args.inventory)  # read once: the lock, the run and the gate use it
+    with hold_inventory(inv, args.limit, "scan"):
+        return _scan_inventory(args, inv)
 
 
-def _scan_inventory(args) -> Outcome:
+def _scan_inventory(args, inv) -> Outcome:
     from pathlib import Path
 
     from gpuboot import scan
@@ -528,7 +532,7 @@ def _scan_inventory(args) -> Outcome:
     from gpuboot.report import prometheus, write_reports
 
     report = scan.scan(
-        args.inventory,
+        inv,
         limit=args.limit,
         probes=args.probes,
         history=Path(args.history) if args.history else None,
@@ -558,7 +562,7 @@ def _scan_inventory(args) -> Outcome:
         # Only failing nodes go to the gate (taken out of service); a node that passes a
         # scan stays as it is: certify, with its bandwidth probes, lets nodes back in.
         failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in scan.BAD]}
-        text, gate_ok = _gate(args, failed, text)
+        text, gate_ok = _gate(args, inv, failed, text)
         report["k8s_gate"] = failed["k8s_gate"]
         code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, report, text)

@@ -20,7 +20,10 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuboot.inventory import Inventory
 
 from gpuboot import paths
 from gpuboot.errors import BadInput
@@ -120,11 +123,10 @@ def note_run(run_id: str) -> None:
             _write(fd, info)
 
 
-def hold_inventory(inventory: str, limit: str | None, verb: str):
-    """Hold the machines of the hosts ``limit`` selects in ``inventory`` (all without it)."""
-    from gpuboot.inventory import load_inventory, match_hosts
+def hold_inventory(inv: Inventory, limit: str | None, verb: str):
+    """Hold the machines of the hosts ``limit`` selects in ``inv`` (all without it)."""
+    from gpuboot.inventory import match_hosts
 
-    inv = load_inventory(inventory)
     hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
     return hold({h: machine(h, inv.hosts.get(h, {})) for h in hosts}, verb)
 
