@@ -2,7 +2,7 @@
 
 Exit codes: 0 all good; 1 a node failed (verdict FAIL/ERROR or a failed host);
 2 bad input (usage, config, inventory, stack); 3 the run itself broke.
-Heavy modules (ansible, ansible_runner, pytest) are imported inside the verbs so
+Heavy modules (ansible, ansible_runner, testinfra) are imported inside the verbs so
 `gpuboot --help` stays quick.
 """
 

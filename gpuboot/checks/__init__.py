@@ -1,2 +1,3 @@
-"""Node checks: pure rules over evidence (rules.py) and the testinfra module that
-runs them over SSH for certify, scan and molecule's verifier (test_node.py)."""
+"""Node checks: pure rules over evidence (rules.py). certify and scan apply them through
+gpuboot/engine.py; test_node.py is the pytest-testinfra module that applies the same
+rules for molecule's verifier or an operator's own `pytest --hosts`."""

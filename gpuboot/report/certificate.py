@@ -238,7 +238,7 @@ def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, 
     """The host's profile as evaluate resolves it: a file of the host directory the run's
     manifest lists (``listed``, already checked against its hash: a profile slipped in
     later must not lower the requirements) or a shipped profile; None when it cannot be had."""
-    from gpuboot.certify import _bundle_profile  # certify imports pytest: only when issuing
+    from gpuboot.certify import _bundle_profile  # certify's imports: only when issuing
 
     own = name is not None and f"{host_dir.name}/{name}" in listed
     try:
