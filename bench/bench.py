@@ -4,6 +4,8 @@ in the same run (absolute seconds depend on the machine; ratios travel).
 
   lab up (10 nodes, image cached)       seconds (and per node)
   gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
+  certify --probes none / ansible -m ping   the same without bandwidth probes (issue 12: <= 2x)
+  install first: controller CPU per node  user+sys of gpuboot and its children / nodes
   install no-op    / ansible -m setup   a converged re-run vs. plain fact gathering
   install no-op    / install first      the same, vs. converging the 550 stack from scratch
   install --full   / install first      a re-run that runs every role (no fingerprint skip)
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,11 +35,17 @@ from gpuboot import paths  # noqa: E402
 from gpuboot.runner import ansible_env, close_ssh_masters  # noqa: E402
 from gpuboot_lab import lab as labmod  # noqa: E402
 
+CPU: dict[str, float] = {}  # command label -> controller CPU seconds (user+sys, children included)
+
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU[" ".join(cmd[3:5])] = cpu
     if proc.returncode not in (0, 1):
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
         raise SystemExit(f"bench: {' '.join(cmd[:3])} failed with exit {proc.returncode}")
@@ -93,10 +102,13 @@ def main() -> int:
     inv = str(lab.inventory)
     try:
         results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+        results["install_first_cpu_per_node_s"] = CPU["install -i"] / args.nodes
         results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
         results["install_full_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q", "--full"])
         results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
         results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
+        none = [*gpuboot, "certify", "-i", inv, "-q", "--probes", "none"]
+        results["certify_none_s"], _ = timed(none)
         started = time.monotonic()
         cert = subprocess.run(
             [*gpuboot, "certify", "-i", inv, "-q", "--json"], capture_output=True, text=True
@@ -113,6 +125,8 @@ def main() -> int:
     ratios = {
         "evaluate / read (1000 nodes)": results["evaluate_1000_s"] / results["read_1000_s"],
         "certify / ansible ping": results["certify_s"] / results["ansible_ping_s"],
+        "certify --probes none / ansible ping": results["certify_none_s"]
+        / results["ansible_ping_s"],
         "install no-op / ansible setup": results["install_noop_s"] / results["ansible_setup_s"],
         "install no-op / install first": results["install_noop_s"] / results["install_first_s"],
         "install --full / install first": results["install_full_s"] / results["install_first_s"],
@@ -132,6 +146,8 @@ def main() -> int:
         "ansible_setup_s",
         "ansible_ping_s",
         "certify_s",
+        "certify_none_s",
+        "install_first_cpu_per_node_s",
         "evaluate_1000_s",
         "read_1000_s",
     ):
