@@ -6,7 +6,6 @@ report.html that produced them.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from unit.report import sample  # the unit tests' sample reports (tests/ is on sys.path)
 
 from gpuboot.report import certificate, write_reports
 
@@ -26,17 +26,6 @@ ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 NOW = datetime(2026, 11, 22, 10, 20, tzinfo=UTC)
 HOSTS = ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-b07.rack2.example.net", "gpu-c11"]
-
-
-def _sample():
-    """tests/unit/report/sample.py, loaded by path (the two test trees are not packages
-    of one another)."""
-    path = ROOT / "tests" / "unit" / "report" / "sample.py"
-    spec = importlib.util.spec_from_file_location("gpuboot_report_sample", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _chromium() -> str:
@@ -88,7 +77,6 @@ def _has_colour(img: png.Image, rgb: tuple[int, int, int]) -> bool:
 
 def test_report_renders_in_headless_chromium(tmp_path: Path):
     browser = _chromium()
-    sample = _sample()
     bundle = sample.make_bundle(tmp_path / "bundles", HOSTS)
     key = certificate.generate_key(tmp_path / "key.pem")
     paths = write_reports(sample.sample_report(bundle), tmp_path / "out", key_path=key, now=NOW)

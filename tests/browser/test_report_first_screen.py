@@ -5,7 +5,6 @@ report.html it shows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -14,11 +13,12 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from unit.report import fleet  # the unit tests' 300-node fleet (tests/ is on sys.path)
 
 from gpuboot.report import write_reports
 
 from . import png
-from .test_html_render import ARTIFACTS, NOW, ROOT, _chromium, _screenshot
+from .test_html_render import ARTIFACTS, NOW, _chromium, _screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -43,15 +43,6 @@ out.id = "first-screen";
 out.textContent = JSON.stringify({H: H, W: W, words: [...seen]});
 document.body.appendChild(out);
 </script>"""
-
-
-def _fleet():
-    path = ROOT / "tests" / "unit" / "report" / "fleet.py"
-    spec = importlib.util.spec_from_file_location("gpuboot_report_fleet", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _first_screen(browser: str, page: Path, profile: Path) -> dict:
@@ -80,7 +71,6 @@ def _first_screen(browser: str, page: Path, profile: Path) -> dict:
 
 def test_first_screen_of_a_300_node_report_shows_every_failure(tmp_path: Path):
     browser = _chromium()
-    fleet = _fleet()
     report = fleet.fleet_report()
     paths = write_reports(report, tmp_path / "out", key_path=None, now=NOW)
 

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .sample import BASE_RULES
+
 SIZE = 300
-RULES = [
-    ("STK-001", "driver userspace and kernel module match the pin"),
-    ("GPU-001", "GPU count and model as the profile expects"),
-    ("GPU-002", "persistence mode enabled on every GPU"),
-    ("PCI-001", "PCIe links trained at max generation and width"),
-    ("NVL-001", "all NVLink links up at the expected speed"),
-    ("XID-001", "no hardware Xid in the kernel log since boot"),
-]
+RULES = BASE_RULES
 # rule, figure, unit, (healthy, warn below, fail below, physical limit)
 FIGURES = [
     ("BW-001", "nvbandwidth_h2d", "GB/s", (55.0, 50.0, 40.0, 63.0)),
