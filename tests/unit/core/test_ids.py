@@ -236,7 +236,8 @@ def _listed(tags: str, tmp: Path) -> list[tuple[str, set[str]]]:
     [
         (
             "STK-002",
-            "BASE-001 | PATCH | Install, pin and hold the kernel at exactly {{ gpuboot_baseline_kernel_release }}",
+            "BASE-001 | PATCH | Install, pin and hold the kernel at exactly "
+            "{{ gpuboot_baseline_kernel_release }}",
         ),
         ("NIC-002", "QOS-001 | PATCH | Configure RoCE QoS"),
     ],
