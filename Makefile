@@ -29,7 +29,7 @@ $(STAMPS)/venv: pyproject.toml
 	@mkdir -p $(STAMPS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,k8s]'
+	$(BIN)/pip install -q -e '.[dev,k8s,fast]'
 	@touch $@
 
 # promtool (the textfile tests' judge) from Debian's prometheus package, unpacked beside

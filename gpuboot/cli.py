@@ -86,6 +86,7 @@ def cmd_install(args) -> Outcome:
         limit=args.limit,
         tags=tuple(args.tags or ()),
         forks=args.forks,
+        strategy=args.strategy,
         check=args.check,
         diff=args.diff,
         serial=args.serial,
@@ -621,6 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inst.add_argument("--tags", action="append", help="only tasks with this tag (repeatable)")
     inst.add_argument("--forks", type=int, default=10)
+    inst.add_argument(
+        "--strategy",
+        default="linear",
+        help="linear (Ansible's own, the default) or mitogen (faster controller; "
+        "pip install 'gpuboot[fast]')",
+    )
     inst.add_argument(
         "--check", action="store_true", help="report what would change; change nothing"
     )

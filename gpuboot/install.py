@@ -17,7 +17,15 @@ from gpuboot import locks, paths
 from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
-from gpuboot.runner import HostResult, RunSpec, broken_hosts, hosts_doc, new_run_dir, run
+from gpuboot.runner import (
+    HostResult,
+    RunSpec,
+    broken_hosts,
+    hosts_doc,
+    new_run_dir,
+    run,
+    strategy_env,
+)
 
 PLAYBOOK = paths.PLAYBOOKS_DIR / "install.yml"
 # Tags Ansible itself gives meaning to, whatever the playbook says.
@@ -178,6 +186,7 @@ def install(
     limit: str | None = None,
     tags: tuple[str, ...] = (),
     forks: int = 10,
+    strategy: str = "linear",
     check: bool = False,
     diff: bool = False,
     serial: str | None = None,
@@ -201,6 +210,7 @@ def install(
     Ctrl-C ends the play; rollout.json keeps what finished and --resume does the rest.
     """
     check_tags(tags)
+    strategy_env(strategy)  # unknown or not installed: refused before any host
     if forks < 1:
         raise BadInput(
             f"--forks {forks} must be at least 1", where="--forks", hint="e.g. --forks 10"
@@ -234,6 +244,7 @@ def install(
             state,
             tags=tags,
             forks=forks,
+            strategy=strategy,
             check=check,
             diff=diff,
             allow_reboot=allow_reboot,
@@ -250,6 +261,7 @@ def _roll_out(
     *,
     tags: tuple[str, ...],
     forks: int,
+    strategy: str,
     check: bool,
     diff: bool,
     allow_reboot: bool,
@@ -290,6 +302,7 @@ def _roll_out(
                 limit=",".join(batch),
                 tags=tags,
                 forks=forks,
+                strategy=strategy,
                 check=check,
                 diff=diff,
                 extravars={

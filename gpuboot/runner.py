@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot import locks, paths
-from gpuboot.errors import RunError
+from gpuboot.errors import BadInput, RunError
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class RunSpec:
     check: bool = False
     diff: bool = False
     extravars: dict[str, Any] = field(default_factory=dict)
+    strategy: str = "linear"  # STRATEGIES
 
 
 @dataclass
@@ -333,8 +334,37 @@ def _cancel_on_signal() -> Iterator[Callable[[], bool]]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def ansible_env(run_dir: Path) -> dict[str, str]:
+# How the controller drives the play: Ansible's own linear strategy, or mitogen's (a
+# maintained project: one persistent interpreter per node instead of a fresh module
+# process per task; `pip install 'gpuboot[fast]'`).
+STRATEGIES = ("linear", "mitogen")
+
+
+def strategy_env(strategy: str) -> dict[str, str]:
+    """The Ansible settings for ``strategy``; BadInput when it is unknown or not installed."""
+    if strategy not in STRATEGIES:
+        raise BadInput(
+            f"unknown strategy {strategy!r}",
+            where="--strategy",
+            hint=f"use one of: {', '.join(STRATEGIES)}",
+        )
+    if strategy == "linear":
+        return {}
+    try:
+        import ansible_mitogen
+    except ImportError:
+        raise BadInput(
+            "--strategy mitogen needs mitogen, which is not installed",
+            where="--strategy",
+            hint="pip install 'gpuboot[fast]', or leave --strategy out",
+        ) from None
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
+def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
     return {
+        **strategy_env(strategy),
         "PATH": paths.put_venv_on_path(),
         "ANSIBLE_ROLES_PATH": str(paths.ROLES_DIR),
         "ANSIBLE_COLLECTIONS_PATH": str(paths.COLLECTIONS_DIR),  # gpuboot.node's modules
@@ -369,7 +399,7 @@ def run(
     if spec.diff:
         cmdline.append("--diff")
     folder = EventFolder(on_update)
-    env = ansible_env(run_dir)
+    env = ansible_env(run_dir, spec.strategy)
     started = time.monotonic()
     with _cancel_on_signal() as cancelled:
         try:
