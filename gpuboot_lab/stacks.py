@@ -10,6 +10,7 @@ from functools import cache
 
 from gpuboot.errors import ConfigError
 from gpuboot.stacks import Stack, Violation
+from gpuboot.stacks.rules import refuse
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,4 @@ def check_served(stack: Stack, *, where: str = "") -> list[Violation]:
 
 def require_served(stack: Stack, *, where: str = "") -> None:
     """Raise one ConfigError listing every LAB-001 violation (the lab refuses the stack)."""
-    found = check_served(stack, where=where)
-    if found:
-        lines = "; ".join(f"{v.rule_id} {v.where}: {v.message}" for v in found)
-        raise ConfigError(
-            f"stack {stack.name} cannot run in the lab: {lines}",
-            where=where or stack.label,
-            hint="; ".join(dict.fromkeys(v.fix for v in found)),
-        )
+    refuse(stack, check_served(stack, where=where), "cannot run in the lab", where=where)

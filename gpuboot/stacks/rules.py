@@ -611,10 +611,15 @@ def require_compatible(
 ) -> None:
     """Raise one ConfigError listing every violation (for callers that must refuse)."""
     found = check_stack(stack, profile, where=where)
+    refuse(stack, found, f"breaks {len(found)} compatibility rule(s)", where=where)
+
+
+def refuse(stack: Stack, found: list[Violation], what: str, *, where: str = "") -> None:
+    """One ConfigError naming every violation in ``found`` (none: nothing to refuse)."""
     if found:
         lines = "; ".join(f"{v.rule_id} {v.where}: {v.message}" for v in found)
         raise ConfigError(
-            f"stack {stack.name} breaks {len(found)} compatibility rule(s): {lines}",
+            f"stack {stack.name} {what}: {lines}",
             where=where or stack.label,
             hint="; ".join(dict.fromkeys(v.fix for v in found)),
         )
