@@ -91,6 +91,7 @@ def evaluate_bundle(
             hint="a bundle is <bundle>/<host>/<probe-file>",
         )
     fixed_profile = load_profile(profile) if profile else None
+    _SHIPPED.clear()
     reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest)
     return {
         "bundle": str(root),
@@ -182,6 +183,10 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+# Shipped profiles read in this evaluate run (cleared per run; forked workers inherit it).
+_SHIPPED: dict[str, dict[str, Any]] = {}
+
+
 def _bundle_profile(host: str, meta: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
     """meta.json's profile: a file of this host directory (a SKU variant) or a shipped
     profile by name; never a path elsewhere on the controller."""
@@ -199,7 +204,9 @@ def _bundle_profile(host: str, meta: dict[str, Any], files: dict[str, bytes]) ->
             raise BundleError(f"profile {where} is not valid YAML ({exc})", hint=hint) from None
         return validate_profile(data, where)
     if name in list_profiles():
-        return load_profile(name)
+        if name not in _SHIPPED:  # one copy per run, shared read-only like --profile's
+            _SHIPPED[name] = load_profile(name)
+        return _SHIPPED[name]
     raise BundleError(
         f"profile {name!r} is neither a file in this host directory nor a shipped profile",
         hint=hint,
