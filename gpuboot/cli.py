@@ -538,6 +538,7 @@ def _scan_inventory(args, inv) -> Outcome:
         probes=args.probes,
         history=Path(args.history) if args.history else None,
         progress=_progress(args),
+        rma_after_reboots=args.rma_after_reboots,
     )
     link_report(report)
     written = write_reports(
@@ -551,13 +552,9 @@ def _scan_inventory(args, inv) -> Outcome:
             report, Path(args.textfile_dir) / "gpuboot-scan.prom"
         )
         report["reports"]["textfile"] = str(prom)
-    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    code = report["exit_code"]  # new drift, not judged, still failing: gpuboot/scan.py
     text = _verdict_text(report) + (f"\n{warning}" if warning else "")
-    for node in report["nodes"]:
-        d = node["drift"]
-        changes = [f"{k}: {', '.join(d[k])}" for k in ("new", "still", "cleared") if d[k]]
-        since = f"since {d['previous_scan']}" if d["previous_scan"] else "first scan"
-        text += f"\n{node['host']} ({since}): " + ("; ".join(changes) or "no drift")
+    text += "".join(f"\n{line}" for line in scan.drift_lines(report))
     text += f"\nhistory: {report['history']}; report: {written['html']}"
     if args.kubeconfig:
         # Only failing nodes go to the gate (taken out of service); a node that passes a
@@ -727,6 +724,10 @@ def build_parser() -> argparse.ArgumentParser:
         "scan",
         parents=[common],
         help="scheduled compliance scan: drift since the last scan; failing nodes taken out",
+        epilog="exit codes: 0 nothing failing; 1 new drift (a rule newly failing, a first "
+        "scan's failures, a new RMA escalation); 4 nothing new, but a node or rule could not "
+        "be judged (unreachable, harness ERROR); 5 still failing, nothing new since the last "
+        "scan; 2 bad input; 3 the run broke",
     )
     sc.add_argument("-i", "--inventory", required=True, type=_inventory_arg)
     sc.add_argument("--limit", help="Ansible host pattern")
@@ -738,6 +739,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("--history", help="history file (default: $GPUBOOT_HOME/scan-history.jsonl)")
     sc.add_argument("--textfile-dir", help="also write gpuboot-scan.prom there (node_exporter)")
+    sc.add_argument(
+        "--rma-after-reboots",
+        type=int,
+        default=2,  # gpuboot.escalation.DEFAULT_REBOOTS; checked before any host
+        metavar="N",
+        help="a hardware Xid/SXid/row-remap failure back on the same part after N reboots "
+        "(boot ids in the scan history) recommends hardware inspection / RMA (default 2)",
+    )
     sc.add_argument("--kubeconfig", help="take failing nodes out: cordon, taint uncertified")
     sc.add_argument("--k8s-context", help="kubeconfig context")
     sc.add_argument("--k8s-dry-run", action="store_true", help="show the gate's changes only")

@@ -15,6 +15,7 @@ from typing import Any
 from gpuboot.bundle_meta import node_meta
 from gpuboot.collect import Evidence, NodeAnswerRejected, Probe, script, state_probes, unpack
 from gpuboot.errors import GpubootError
+from gpuboot.escalation import BOOT_ID_FILE
 from gpuboot.inventory import with_derived
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
@@ -52,6 +53,15 @@ class NodeEvidence:
         }
 
 
+def boot_id_probe(hostvars: dict[str, Any]) -> Probe:
+    """The node's boot id, which every reboot changes: scan counts reboots by it
+    (gpuboot.escalation). Where the host sets the command gpuboot_reboot uses to see a reboot,
+    that one (a lab container shares its host's boot_id)."""
+    own = hostvars.get("gpuboot_reboot_boot_time_command")
+    command = own if isinstance(own, str) and own.strip() else "cat /proc/sys/kernel/random/boot_id"
+    return Probe(BOOT_ID_FILE, command, timeout=30)
+
+
 def collect_deadline(hostvars: dict, probes: Sequence[Probe]) -> float:
     """Seconds a node's collection may take: its probes' timeouts end to end plus a
     margin, or the host's ``gpuboot_collect_timeout``."""
@@ -72,7 +82,7 @@ def collect_node(
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
     level = resolve_level(hostvars, level_override)
-    state = state_probes(profile, hostvars)
+    state = (*state_probes(profile, hostvars), boot_id_probe(hostvars))
     bandwidth = node_probes(profile, hostvars, level) if profile else []
     started = time.time()
     deadline = collect_deadline(hostvars, (*state, *bandwidth))

@@ -1,0 +1,182 @@
+"""Escalation over time (gpud's reboot threshold): a hardware fault that comes back on the
+same part after reboots is not fixed by another reset or reboot.
+
+A scan records per node its boot id and the hardware faults its evidence shows, each keyed
+by kind, code and part: a hardware Xid that asks for a reset or reboot (catalogue severity
+critical, judged by the code it names as its cause) on one GPU, a fatal NVSwitch SXid on
+one switch, a row-remapping failure on one GPU. A GPU is named by its UUID where
+``nvidia-smi -q`` maps its PCI address, else by that address. A fault seen in scans of more
+than N different boots (it came back after N reboots; default 2) turns the recommended
+action into hardware inspection / RMA. A scan without a boot id (old history, a node that
+did not say) counts no reboot: escalation never rests on a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuboot.errors import BadInput, GpubootError
+
+DEFAULT_REBOOTS = 2
+RMA_ACTION = "hardware inspection / RMA"
+BOOT_ID_FILE = "proc_sys_kernel_random_boot_id.txt"
+# the rule whose finding reports each kind of fault (its action is what escalation changes)
+RULE_OF = {"xid": "XID-001", "sxid": "XID-002", "remap-failure": "ECC-003"}
+
+
+def check_reboots(value: int) -> int:
+    """The threshold as given on the command line; bad input before any host is touched."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(
+            f"must be a whole number of reboots, at least 1 (got {value!r})",
+            where="--rma-after-reboots",
+            hint=f"the default is {DEFAULT_REBOOTS}: a fault back after 2 reboots means RMA",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one node's evidence of one scan says: its boot id and its hardware faults
+    (key -> what to tell an operator)."""
+
+    boot_id: str | None = None
+    faults: dict[str, str] = field(default_factory=dict)
+
+
+def _pci(text: str) -> str:
+    """domain:bus:device, 4-digit domain, no function: the Xid and -q spellings meet."""
+    parts = text.lower().split(".")[0].split(":")
+    if len(parts) < 3:
+        return text.lower()
+    domain, bus, dev = parts[-3:]
+    try:
+        return f"{int(domain, 16):04x}:{bus}:{dev}"
+    except ValueError:
+        return text.lower()
+
+
+def observe(evidence: dict[str, Any]) -> Observation:
+    """Boot id and hardware faults in one node's evidence (gpuboot.collect.Evidence). What
+    cannot be read adds nothing: the rules already judge unreadable evidence ERROR."""
+    from gpuboot.checks.smi import smi_q
+    from gpuboot.evidence.kernel_log import parse_kernel_log
+
+    boot = evidence.get(BOOT_ID_FILE)
+    boot_id = boot.stdout.strip()[:64] if boot is not None and boot.rc == 0 else ""
+    gpus: dict[str, Any] = {}
+    try:
+        gpus = {_pci(g.bus_id): g for g in smi_q(evidence).gpus}
+    except (GpubootError, KeyError):
+        gpus = {}
+
+    def gpu(pci: str) -> str:
+        g = gpus.get(_pci(pci))
+        return g.uuid if g is not None and g.uuid else f"PCI {_pci(pci)}"
+
+    faults: dict[str, str] = {}
+    dmesg = evidence.get("dmesg.txt")
+    log = None
+    if dmesg is not None and dmesg.rc == 0 and dmesg.stdout.strip():
+        try:
+            log = parse_kernel_log(dmesg.stdout)
+        except GpubootError:
+            log = None
+    for x in log.xids if log else ():
+        if x.info.category == "hardware" and x.severity == "critical":
+            part = gpu(x.pci)
+            faults[f"xid:{x.root}@{part}"] = f"Xid {x.root} on GPU {part}"
+    for s in log.sxids if log else ():
+        if s.fatal is not False:
+            faults[f"sxid:{s.code}@{s.switch}"] = f"SXid {s.code} on NVSwitch {s.switch}"
+    for pci, g in gpus.items():
+        if g.remapped_rows is not None and g.remapped_rows.failure:
+            part = gpu(pci)
+            faults[f"remap-failure@{part}"] = f"row remapping failure on GPU {part}"
+    return Observation(boot_id or None, faults)
+
+
+def observe_bundle(host_dir: Path) -> Observation:
+    """:func:`observe` on a host directory of a bundle; nothing kept (unreachable node,
+    unsafe files) observes nothing."""
+    from gpuboot.collect import read_host_bundle
+
+    try:
+        evidence, _meta = read_host_bundle(host_dir)
+    except GpubootError:
+        return Observation()
+    return observe(evidence)
+
+
+@dataclass
+class FaultHistory:
+    """Per node: for each fault key, the distinct boot ids it was seen in (in order) and
+    when it was first seen. Fed record by record from the scan history."""
+
+    boots: dict[str, list[str]] = field(default_factory=dict)
+    first_seen: dict[str, str] = field(default_factory=dict)
+    escalated: frozenset[str] = frozenset()  # keys escalated at the latest scan
+
+    def add(self, time: str, boot_id: Any, faults: Iterable[Any], escalated: Any = ()) -> None:
+        for key in faults:
+            if not isinstance(key, str):
+                continue
+            self.first_seen.setdefault(key, time)
+            seen = self.boots.setdefault(key, [])
+            if isinstance(boot_id, str) and boot_id and boot_id not in seen:
+                seen.append(boot_id)
+        self.escalated = frozenset(k for k in escalated or () if isinstance(k, str))
+
+
+def escalations(
+    now: Observation, before: FaultHistory | None, reboots: int = DEFAULT_REBOOTS
+) -> list[dict[str, Any]]:
+    """The faults of this scan that came back after ``reboots`` reboots: seen (this boot
+    included) in more than ``reboots`` different boots. ``new``: not escalated at the
+    node's previous scan."""
+    out = []
+    for key, what in sorted(now.faults.items()):
+        seen = list((before.boots.get(key) if before else None) or [])
+        if now.boot_id and now.boot_id not in seen:
+            seen.append(now.boot_id)
+        if len(seen) <= reboots:
+            continue
+        kind = key.split(":", 1)[0].split("@", 1)[0]
+        out.append(
+            {
+                "fault": key,
+                "what": what,
+                "rule": RULE_OF[kind],
+                "boots": len(seen),
+                "first_seen": (before.first_seen.get(key) if before else None),
+                "action": RMA_ACTION,
+                "new": not (before and key in before.escalated),
+            }
+        )
+    return out
+
+
+def action_text(esc: dict[str, Any]) -> str:
+    since = f" since {esc['first_seen']}" if esc.get("first_seen") else ""
+    return (
+        f"{RMA_ACTION}: {esc['what']} came back after {esc['boots'] - 1} reboots (seen in "
+        f"{esc['boots']} boots{since}); another reset or reboot will not fix it"
+    )
+
+
+def apply(node: dict[str, Any], found: list[dict[str, Any]]) -> None:
+    """Record ``found`` on a node report: ``escalations``, ``recommended_action``, and the
+    action of each finding that reports an escalated fault (text, HTML, JUnit show it)."""
+    node["escalations"] = found
+    if not found:
+        return
+    node["recommended_action"] = RMA_ACTION
+    for f in node.get("findings", []):
+        mine = [e for e in found if e["rule"] == f.get("rule")]
+        if mine and f.get("status") in ("FAIL", "ERROR", "WARN"):
+            f["action"] = "; ".join(action_text(e) for e in mine) + (
+                f" (was: {f['action']})" if f.get("action") else ""
+            )
