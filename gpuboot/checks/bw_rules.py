@@ -194,7 +194,10 @@ def pair_check(
                     groups.setdefault(r.get("rail", ""), []).append(r["value"])
             if groups:
                 runs = sum(len(v) for v in groups.values())
-                return _judge_slowest(kind, groups, ctx, f"{runs} good pair run(s)")
+                detail = f"{runs} good pair run(s)"
+                if verdict.get("reason", "ok") != "ok":  # cleared by a re-test: say so
+                    detail += f"; {verdict['reason']}"
+                return _judge_slowest(kind, groups, ctx, detail)
         files = probes_matching(evidence, pattern)
         if not files:
             if verdict is None and ctx.meta.get("probes") not in (None, "none"):

@@ -2,9 +2,10 @@
 
 Nodes are paired in a ring (node i serves, node i+1 connects), run in rounds of disjoint
 pairs so no node is in two probes at once. A pair that fails says only that one of its two
-nodes is bad: each node with no good pair is retried against a node that has one (a
-known-good partner) before the fault is pinned on it. With no known-good partner the
-fault cannot be pinned: both nodes get ERROR, neither is called faulty nor certified.
+nodes is bad: both are re-tested, each with a known-good partner (``attribute``), before
+the fault is pinned on the one that stays slow; the other is cleared, saying why. With no
+known-good partner the fault cannot be pinned: both nodes get ERROR, neither is called
+faulty nor certified.
 """
 
 from __future__ import annotations
@@ -125,49 +126,97 @@ def run_pair(
     return PairRun(spec.kind, server, client, ok, value, why, outputs)
 
 
+def _candidates(h: str, pair: set[str], good: set[str]) -> list[str]:
+    """Known-good partners for ``h``: measured within band with some node this run, outside
+    the failed pair."""
+    return sorted(good - pair - {h})
+
+
 def attribute(
     hosts: list[str], runs: list[PairRun], retry: Callable[[str, str], PairRun]
 ) -> tuple[dict[str, dict[str, Any]], list[PairRun]]:
-    """Per host: status good | pinned | unattributed | none, with the runs behind it."""
+    """Per host: status good | pinned | unattributed | none, with the runs behind it.
+
+    The second pass (as in Google's cluster-health-scanner): a pair below its band says only
+    that one of its two nodes is slow, so BOTH members are re-tested, each with a known-good
+    partner of this run (a node measured within band with someone) other than the failed
+    pair's, a different one for each member where the run has two. The member that stays
+    slow is pinned; the member that is fine with its known-good partner is cleared, and its
+    verdict says which pair failed and which re-test cleared it. With no known-good partner
+    the same pair is tried once more; failing again, nobody can be blamed (unattributed)."""
     good = {h for r in runs if r.ok for h in (r.server, r.client)}
+    bad_with: dict[str, set[str]] = {}
+    for r in runs:
+        if not r.ok:
+            bad_with.setdefault(r.server, set()).add(r.client)
+            bad_with.setdefault(r.client, set()).add(r.server)
+    strict = good - set(bad_with)  # every run of theirs was ok
     involved = {h for r in runs for h in (r.server, r.client)}
     retries: list[PairRun] = []
+    done: dict[frozenset[str], PairRun] = {}  # one re-test per pair of nodes
+
+    def again(server: str, client: str) -> PairRun:
+        key = frozenset((server, client))
+        if key not in done:
+            done[key] = retry(server, client)
+            retries.append(done[key])
+        return done[key]
+
+    cleared: dict[str, list[str]] = {}
+    pinned: dict[str, list[str]] = {}
+    unattributed: dict[str, list[str]] = {}
+    for r in runs:
+        if r.ok:
+            continue
+        failed = f"{r.server}->{r.client}: {r.reason}"
+        pair = {r.server, r.client}
+        members = [(r.server, r.client), (r.client, r.server)]
+        cands = {h: _candidates(h, pair, good) for h, _ in members}
+        fresh = {h: [c for c in cands[h] if c not in bad_with.get(h, set())] for h, _ in members}
+        used: set[str] = set()
+        # the member with fewer fresh partners chooses first: each gets its own
+        for h, other in sorted(members, key=lambda m: (len(fresh[m[0]]), len(cands[m[0]]))):
+            if h in pinned:  # already slow with a known-good partner: nothing more to learn
+                continue
+            if h in cleared:  # already fine with a known-good partner: the other one is slow
+                cleared[h].append(f"pair with {other} below its band ({failed})")
+                continue
+            # one h has not failed with yet (else the re-test repeats a failed pair: only a
+            # confirmation), then one the other member is not using, every run of it ok first
+            seen = bad_with.get(h, set())
+            g = min(
+                cands[h], key=lambda c: (c in seen, c in used, c not in strict, c), default=None
+            )
+            if g is None:
+                second = again(r.server, r.client)
+                if second.ok:
+                    cleared.setdefault(h, []).append(f"pair {failed}; ok on a second try")
+                else:
+                    unattributed.setdefault(h, []).append(
+                        f"pair failed ({failed}) and no known-good partner to retry with"
+                    )
+                continue
+            used.add(g)
+            test = again(g, h)
+            if test.ok:
+                cleared.setdefault(h, []).append(
+                    f"cleared: pair with {other} below its band ({failed}); "
+                    f"retry with known-good {g} ok ({test.value:g})"
+                )
+            else:
+                pinned.setdefault(h, []).append(
+                    f"failed ({failed}); retry with known-good {g}: {test.reason}"
+                )
     verdict: dict[str, dict[str, Any]] = {}
     for h in hosts:
         if h not in involved:
             verdict[h] = {"status": "none", "reason": "no partner node in this run"}
-        elif h in good:
-            verdict[h] = {"status": "good", "reason": "ok"}
-    for h in sorted(involved - good):
-        if h in good:  # cleared by a second try of its pair
-            verdict.setdefault(h, {"status": "good", "reason": "ok on a second try"})
-            continue
-        partner = next((g for g in sorted(good) if g != h), None)
-        failed = "; ".join(
-            f"{r.server}->{r.client}: {r.reason}" for r in runs if h in (r.server, r.client)
-        )
-        if partner is None:  # nobody known-good: one more try of the same pair first
-            first = next(r for r in runs if h in (r.server, r.client))
-            again = retry(first.server, first.client)
-            retries.append(again)
-            if again.ok:
-                good |= {first.server, first.client}
-                verdict[h] = {"status": "good", "reason": f"ok on a second try ({failed})"}
-                continue
-            verdict[h] = {
-                "status": "unattributed",
-                "reason": f"pair failed ({failed}) and no known-good partner to retry with",
-            }
-            continue
-        again = retry(partner, h)
-        retries.append(again)
-        if again.ok:
-            verdict[h] = {"status": "good", "reason": f"retry with {partner} ok"}
+        elif h in pinned:
+            verdict[h] = {"status": "pinned", "reason": "; ".join(pinned[h])}
+        elif h in unattributed:
+            verdict[h] = {"status": "unattributed", "reason": "; ".join(unattributed[h])}
         else:
-            verdict[h] = {
-                "status": "pinned",
-                "reason": f"failed ({failed}); retry with known-good {partner}: {again.reason}",
-            }
+            verdict[h] = {"status": "good", "reason": "; ".join(cleared.get(h, [])) or "ok"}
     for h, v in verdict.items():
         v["runs"] = [
             {"server": r.server, "client": r.client, "ok": r.ok, "value": r.value}
@@ -187,6 +236,10 @@ def combine_rails(verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if list(verdicts) == [""]:
         return verdicts[""]
     status = min((v["status"] for v in verdicts.values()), key=_WORST_FIRST.index)
-    reasons = [f"{rail}: {v['reason']}" for rail, v in verdicts.items() if v["status"] == status]
+    reasons = [
+        f"{rail}: {v['reason']}"
+        for rail, v in verdicts.items()
+        if v["status"] == status and v["reason"] != "ok"
+    ]
     runs = [{**r, "rail": rail} for rail, v in verdicts.items() for r in v.get("runs", [])]
-    return {"status": status, "reason": "; ".join(reasons), "runs": runs}
+    return {"status": status, "reason": "; ".join(reasons) or "ok", "runs": runs}
