@@ -552,7 +552,7 @@ def _scan_inventory(args, inv) -> Outcome:
             report, Path(args.textfile_dir) / "gpuboot-scan.prom"
         )
         report["reports"]["textfile"] = str(prom)
-    code = report["exit_code"]  # new drift, not judged, still failing: gpuboot/scan.py
+    code = scan.exit_code(report)  # new drift, not judged, still failing (gpuboot/scan.py)
     text = _verdict_text(report) + (f"\n{warning}" if warning else "")
     text += "".join(f"\n{line}" for line in scan.drift_lines(report))
     text += f"\nhistory: {report['history']}; report: {written['html']}"

@@ -4,8 +4,10 @@ same part after reboots is not fixed by another reset or reboot.
 A scan records per node its boot id and the hardware faults its evidence shows, each keyed
 by kind, code and part: a hardware Xid that asks for a reset or reboot (catalogue severity
 critical, judged by the code it names as its cause) on one GPU, a fatal NVSwitch SXid on
-one switch, a row-remapping failure on one GPU. A GPU is named by its UUID where
-``nvidia-smi -q`` maps its PCI address, else by that address. A fault seen in scans of more
+one switch, a row-remapping failure on one GPU. A GPU is keyed by its PCI address (a GPU that
+fell off the bus is missing from nvidia-smi, so its UUID cannot key it); each scan also keeps
+the UUID nvidia-smi shows at each address, and a different GPU at an address (the part was
+replaced) starts that address's count afresh. A fault seen in scans of more
 than N different boots (it came back after N reboots; default 2) turns the recommended
 action into hardware inspection / RMA. A scan without a boot id (old history, a node that
 did not say) counts no reboot: escalation never rests on a guess.
@@ -13,6 +15,7 @@ did not say) counts no reboot: escalation never rests on a guess.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,7 @@ class Observation:
 
     boot_id: str | None = None
     faults: dict[str, str] = field(default_factory=dict)
+    parts: dict[str, str] = field(default_factory=dict)  # PCI address -> GPU UUID seen there
 
 
 def _pci(text: str) -> str:
@@ -73,9 +77,12 @@ def observe(evidence: dict[str, Any]) -> Observation:
     except (GpubootError, KeyError):
         gpus = {}
 
-    def gpu(pci: str) -> str:
-        g = gpus.get(_pci(pci))
-        return g.uuid if g is not None and g.uuid else f"PCI {_pci(pci)}"
+    parts = {pci: str(g.uuid) for pci, g in gpus.items() if g.uuid}
+
+    def gpu(pci: str) -> tuple[str, str]:
+        """(key part, words) of the GPU at ``pci``."""
+        pci = _pci(pci)
+        return pci, f"{pci} ({parts[pci]})" if pci in parts else pci
 
     faults: dict[str, str] = {}
     dmesg = evidence.get("dmesg.txt")
@@ -87,16 +94,16 @@ def observe(evidence: dict[str, Any]) -> Observation:
             log = None
     for x in log.xids if log else ():
         if x.info.category == "hardware" and x.severity == "critical":
-            part = gpu(x.pci)
-            faults[f"xid:{x.root}@{part}"] = f"Xid {x.root} on GPU {part}"
+            part, words = gpu(x.pci)
+            faults[f"xid:{x.root}@{part}"] = f"Xid {x.root} on GPU {words}"
     for s in log.sxids if log else ():
         if s.fatal is not False:
             faults[f"sxid:{s.code}@{s.switch}"] = f"SXid {s.code} on NVSwitch {s.switch}"
     for pci, g in gpus.items():
         if g.remapped_rows is not None and g.remapped_rows.failure:
-            part = gpu(pci)
-            faults[f"remap-failure@{part}"] = f"row remapping failure on GPU {part}"
-    return Observation(boot_id or None, faults)
+            part, words = gpu(pci)
+            faults[f"remap-failure@{part}"] = f"row remapping failure on GPU {words}"
+    return Observation(boot_id or None, faults, parts)
 
 
 def observe_bundle(host_dir: Path) -> Observation:
@@ -119,8 +126,28 @@ class FaultHistory:
     boots: dict[str, list[str]] = field(default_factory=dict)
     first_seen: dict[str, str] = field(default_factory=dict)
     escalated: frozenset[str] = frozenset()  # keys escalated at the latest scan
+    parts: dict[str, str] = field(default_factory=dict)  # PCI address -> last UUID seen
 
-    def add(self, time: str, boot_id: Any, faults: Iterable[Any], escalated: Any = ()) -> None:
+    def replaced(self, parts: dict[str, Any]) -> None:
+        """Forget the faults of an address where another GPU is seen now: a new part."""
+        for pci, uuid in parts.items():
+            if not isinstance(uuid, str):
+                continue
+            if self.parts.get(pci, uuid) != uuid:
+                for key in [k for k in self.boots if k.endswith(f"@{pci}")]:
+                    del self.boots[key]
+                    self.first_seen.pop(key, None)
+            self.parts[pci] = uuid
+
+    def add(
+        self,
+        time: str,
+        boot_id: Any,
+        faults: Iterable[Any],
+        escalated: Any = (),
+        parts: dict[str, Any] | None = None,
+    ) -> None:
+        self.replaced(parts or {})
         for key in faults:
             if not isinstance(key, str):
                 continue
@@ -137,6 +164,9 @@ def escalations(
     """The faults of this scan that came back after ``reboots`` reboots: seen (this boot
     included) in more than ``reboots`` different boots. ``new``: not escalated at the
     node's previous scan."""
+    if before is not None and now.parts:
+        before = copy.deepcopy(before)
+        before.replaced(now.parts)
     out = []
     for key, what in sorted(now.faults.items()):
         seen = list((before.boots.get(key) if before else None) or [])

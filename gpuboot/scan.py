@@ -86,6 +86,7 @@ class NodeHistory:
             rec.get("boot_id"),
             faults if isinstance(faults, list) else (),
             rec.get("escalated") if isinstance(rec.get("escalated"), list) else (),
+            rec.get("gpus") if isinstance(rec.get("gpus"), dict) else None,
         )
 
     def baseline(self) -> dict[str, Any] | None:
@@ -284,6 +285,7 @@ def scan(
                         "boot_id": seen.boot_id,
                         "faults": sorted(seen.faults),
                         "escalated": [e["fault"] for e in found],
+                        "gpus": seen.parts,
                         "figures": _figures(node),
                     }
                 )

@@ -90,7 +90,7 @@ def _rule_ids(node: dict[str, Any], statuses: tuple[str, ...]) -> list[str]:
 
 def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon) -> Target:
     failed = L.rules_value(_rule_ids(node, statuses))
-    return Target(
+    target = Target(
         host=str(node.get("host")),
         verdict=str(node.get("verdict")),
         labels={
@@ -103,6 +103,9 @@ def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon
         },
         cordon=cordon,
     )
+    if "escalations" in node:  # a scan's report (certify keeps no history: leaves it)
+        target.labels[L.LABEL_ACTION] = L.ACTION_RMA if node["escalations"] else None
+    return target
 
 
 def decide(
@@ -151,6 +154,7 @@ def decide(
             L.LABEL_CERT_SHA: cert.sha256[:16],
             L.LABEL_CERT_EXPIRY: str(cert.expires),
             L.LABEL_FAILED_RULES: None,
+            L.LABEL_ACTION: None,
         },
         cordon="uncordon-ours",
     )

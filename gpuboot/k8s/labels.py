@@ -16,7 +16,17 @@ LABEL_STACK = PREFIX + "stack"
 LABEL_CERT_SHA = PREFIX + "cert-sha256"
 LABEL_CERT_EXPIRY = PREFIX + "cert-expiry"
 LABEL_FAILED_RULES = PREFIX + "failed-rules"
-ALL_LABELS = (LABEL_CERTIFIED, LABEL_STACK, LABEL_CERT_SHA, LABEL_CERT_EXPIRY, LABEL_FAILED_RULES)
+# set by a scan whose hardware fault came back after the reboot threshold (gpuboot.escalation)
+LABEL_ACTION = PREFIX + "recommended-action"
+ACTION_RMA = "hardware-inspection-rma"
+ALL_LABELS = (
+    LABEL_CERTIFIED,
+    LABEL_STACK,
+    LABEL_CERT_SHA,
+    LABEL_CERT_EXPIRY,
+    LABEL_FAILED_RULES,
+    LABEL_ACTION,
+)
 
 # Marks a cordon gpuboot made, so gpuboot never lifts a cordon someone else made.
 ANNOTATION_CORDONED_BY = PREFIX + "cordoned-by"

@@ -90,6 +90,12 @@ def families(kind: str) -> list[tuple[str, str]]:
                 "new (drift), still (failing at both), cleared.",
             ),
             (f"{p}_last_scan_timestamp_seconds", "Unix time of the node's last scan."),
+            (
+                f"{p}_escalated_faults",
+                "Hardware faults back on the same part after the reboot threshold "
+                "(gpuboot.escalation): above 0, the recommended action is hardware "
+                "inspection / RMA.",
+            ),
         ]
     return out
 
@@ -157,6 +163,7 @@ def _node_samples(
         for change in DRIFT:
             add("drift_rules", {"change": change}, len(drift.get(change) or []))
         add("last_scan_timestamp_seconds", {}, ts)
+        add("escalated_faults", {}, len(node.get("escalations") or []))
     return out
 
 
