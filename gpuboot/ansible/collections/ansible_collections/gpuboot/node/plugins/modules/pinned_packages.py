@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: gpuboot; Apache-2.0
-"""Exact package pins, one module call per role: read, remove, pin, install, hold."""
+"""Exact package pins, one module call per role: read, remove, pin, install, hold
+(apt preferences and dpkg holds on Debian; dnf module streams and versionlock on EL)."""
 
 # ruff: noqa: E402  (Ansible reads DOCUMENTATION before the imports)
 
@@ -16,17 +17,33 @@ description:
     change), and holds every pinned package.
   - In check mode nothing runs on the node but that one query; C(changed) and the diff
     say what a real run would do.
-  - The package manager is a backend class (apt today; dnf versionlock plugs in beside it).
+  - The package manager is a backend class. C(apt) as above. C(dnf) (RHEL/Rocky/Alma):
+    one call reads C(rpm -qa), C(dnf versionlock list) and (with I(module_stream)) the
+    module's enabled stream; the stream is switched (C(dnf module reset) + C(enable)), the
+    versionlock entries of what changes are dropped, the pins installed exactly
+    (C(dnf install name-[epoch:]version-release) downgrades too) and every pin locked
+    (C(dnf versionlock add)): versionlock is EL's hold and pin in one.
 options:
+  manager:
+    description: The node's package manager.
+    type: str
+    choices: [apt, dnf]
+    default: apt
   packages:
-    description: Pins as C(name=version), the full Debian version (epoch and revision).
+    description:
+      - Pins as C(name=version), the full Debian version (epoch and revision), for apt;
+        as C(name-[epoch:]version-release) for dnf.
     type: list
     elements: str
     default: []
   pin_file:
-    description: The apt preferences file this call owns (rewritten whole).
+    description: The apt preferences file this call owns (rewritten whole); apt only.
     type: path
-    required: true
+  module_stream:
+    description:
+      - dnf only, EL8/EL9 (EL10 has no modularity) - the module stream the pins come
+        from, C(name:stream) (C(nvidia-driver:550-open)), enabled before the install.
+    type: str
   owner:
     description: Who manages the pins (named in the pin file's header).
     type: str
@@ -79,8 +96,12 @@ held:
   type: list
   returned: always
 pinned:
-  description: Whether the pin file was (or would be) rewritten.
+  description: Whether the pin file (dnf - the versionlock entries) was (or would be) rewritten.
   type: bool
+  returned: always
+streams:
+  description: Module streams this run enabled (or would), C(name:stream); dnf only.
+  type: list
   returned: always
 """
 
@@ -89,6 +110,7 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuboot.node.plugins.module_utils import rpm
 from ansible_collections.gpuboot.node.plugins.module_utils.dpkg import (
     QUERY_ARGV,
     DpkgParseError,
@@ -107,11 +129,17 @@ class AptBackend:
     """Debian/Ubuntu: dpkg-query reads, apt-get changes, dpkg selections hold, apt
     preferences pin. Every command is an argv list: no shell ever sees an input."""
 
+    SEP = "="  # name=version
     # apt waits for the dpkg lock (unattended-upgrades may hold it) instead of failing
     APT = ("apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=120")
 
     def __init__(self, module):
         self.module = module
+        self.pin_file = module.params["pin_file"]
+        if not self.pin_file:
+            raise PinError("pin_file is required with manager apt")
+        if module.params["module_stream"]:
+            raise PinError("module_stream is dnf's (EL module streams); apt has none")
 
     def _run(self, argv, data=None, ok=(0,)):
         rc, out, err = self.module.run_command(
@@ -124,6 +152,15 @@ class AptBackend:
             raise PinError(f"{argv[0]} exited {rc}: {(err or out).strip()[-800:]}")
         return out
 
+    def parse_pins(self, packages):
+        pins = []
+        for item in packages:
+            match = _PIN.match(item.strip())
+            if not match:
+                raise PinError(f"not an exact pin name=version: {item!r}")
+            pins.append((match.group(1), match.group(2)))
+        return pins
+
     def state(self):
         """Every package dpkg knows (name -> DpkgPackage), read in one call."""
         text = self._run(QUERY_ARGV)
@@ -134,6 +171,14 @@ class AptBackend:
         except DpkgParseError as exc:
             raise PinError(f"dpkg-query: {exc}") from exc
         return packages
+
+    def streams(self):
+        return []  # apt has no module streams
+
+    def pin_texts(self, pins, owner, packages, held, removed):
+        """(header, before, after) of the pin file: no pin, no pin file (none written)."""
+        before = read_file(self.pin_file)
+        return self.pin_file, before, (self.pin_text(pins, owner) if pins else before)
 
     def pin_text(self, pins, owner):
         lines = [
@@ -151,8 +196,18 @@ class AptBackend:
             ]
         return "\n".join(lines)
 
+    def write_pins(self, text):
+        # the pin first: apt then installs what it names, and no older pin can outvote it
+        write_file(self.pin_file, text)
+
     def remove(self, names):
         self._run([*self.APT, "--allow-change-held-packages", "remove", *names])
+
+    def unlock(self, names):
+        """apt's holds do not stop an explicit install (--allow-change-held-packages)."""
+
+    def switch(self, streams):
+        raise PinError("apt has no module streams")
 
     def install(self, pins, names=()):
         self._run(
@@ -171,20 +226,126 @@ class AptBackend:
             ]
         )
 
-    def hold(self, names):
-        self._run(["dpkg", "--set-selections"], data="".join(f"{n} hold\n" for n in names))
+    def hold(self, pairs):
+        self._run(["dpkg", "--set-selections"], data="".join(f"{n} hold\n" for n, _ in pairs))
 
 
-BACKENDS = {"apt": AptBackend}
+class DnfBackend:
+    """RHEL/Rocky/Alma: rpm reads, dnf changes, the versionlock plugin holds (its entry
+    is the pin too: every other version of the name is excluded), module streams choose
+    the driver branch on EL8/EL9. Inputs reach dnf as argv items, never through a shell."""
+
+    SEP = "-"  # name-[epoch:]version-release
+    DNF = ("dnf", "-y", "-q", "--setopt=install_weak_deps=False")
+    # One call: rpm's list, the versionlock entries and (when asked, "$1") the module's
+    # enabled stream, each section behind a marker; a failing reader fails the call.
+    READ = (
+        f"rpm -qa --qf '{rpm.QUERY_FORMAT}' || exit 101\n"
+        "echo '@@versionlock'\n"
+        # no repository: the list is a local file, and reading it must not refresh metadata
+        "dnf -q --disablerepo='*' versionlock list || exit 102\n"
+        '[ -n "$1" ] || exit 0\n'
+        "echo '@@modules'\n"
+        'dnf -q module list --enabled "$1" 2>&1 || echo "@@rc $?"\n'
+    )
+
+    def __init__(self, module):
+        self.module = module
+        self.module_stream = module.params["module_stream"]
+        if self.module_stream and not re.fullmatch(r"[\w.+-]+:[\w.+-]+", self.module_stream):
+            raise PinError(f"module_stream is not name:stream: {self.module_stream!r}")
+        self.enabled = {}
+
+    def _run(self, argv, ok=(0,)):
+        rc, out, err = self.module.run_command(list(argv), environ_update={"LC_ALL": "C"})
+        if rc not in ok:
+            raise PinError(
+                f"{argv[0]} {argv[-1] if len(argv) < 4 else ''} exited {rc}: "
+                f"{(err or out).strip()[-800:]}"
+            )
+        return out
+
+    def parse_pins(self, packages):
+        try:
+            return [rpm.split_nevr(item) for item in packages]
+        except rpm.RpmParseError as exc:
+            raise PinError(f"not an exact pin name-[epoch:]version-release: {exc}") from exc
+
+    def state(self):
+        """Installed packages (name -> RpmPackage, locked when versionlock holds exactly
+        that version) and the module's enabled stream, read in one call."""
+        module = self.module_stream.split(":")[0] if self.module_stream else ""
+        rc, out, err = self.module.run_command(
+            ["sh", "-c", self.READ, "gpuboot-read", module], environ_update={"LC_ALL": "C"}
+        )
+        if rc != 0:
+            who = {101: "rpm -qa", 102: "dnf versionlock list"}.get(rc, "sh")
+            raise PinError(f"{who} failed (exit {rc}): {(err or out).strip()[-800:]}")
+        listing, _, rest = out.partition("@@versionlock\n")
+        locks, _, modules = rest.partition("@@modules\n")
+        try:
+            packages = rpm.parse_rpm_query(listing)
+            self.entries = rpm.parse_versionlock(locks)
+            if module:
+                failed = re.search(r"^@@rc (\d+)$", modules, re.M)
+                if failed and rpm.MODULE_NONE not in modules:
+                    raise PinError(f"dnf module list failed: {modules.strip()[-800:]}")
+                rows = rpm.parse_module_list(re.sub(r"^@@rc \d+$", "", modules, flags=re.M))
+                self.enabled = rpm.enabled_streams(rows)
+        except rpm.RpmParseError as exc:
+            raise PinError(str(exc)) from exc
+        if not packages:
+            raise PinError("rpm listed no package at all: the node's rpm database is unreadable")
+        return rpm.with_locks(packages, self.entries)
+
+    def streams(self):
+        """The module streams to enable: the asked one, unless it is the enabled one."""
+        if not self.module_stream:
+            return []
+        name, stream = self.module_stream.split(":")
+        return [] if self.enabled.get(name) == stream else [self.module_stream]
+
+    def pin_texts(self, pins, owner, packages, held, removed):
+        """The versionlock entries naming this call's packages, now and as they should be
+        (a removed package's go with it)."""
+        want = {n: packages[n].version for n in held if n in packages}
+        want.update(pins)
+        names = sorted(set(want) | set(removed))
+        before = [e for n in names for e in rpm.entries_for(n, self.entries)]
+        after = [rpm.lock_entry(n, want[n]) for n in names if n in want]
+        return "versionlock", "".join(f"{e}\n" for e in before), "".join(f"{e}\n" for e in after)
+
+    def write_pins(self, text):
+        """The entries are written by hold(), after the install (a lock on the wanted
+        version before it is installed would make dnf refuse every other one)."""
+
+    def remove(self, names):
+        self.unlock(names)
+        self._run([*self.DNF, "remove", *names])
+
+    def unlock(self, names):
+        if names:
+            self._run([*self.DNF, "versionlock", "delete", *names])
+
+    def switch(self, streams):
+        for spec in streams:
+            # reset first: dnf refuses to enable a second stream of an enabled module
+            self._run([*self.DNF, "module", "reset", spec.split(":")[0]])
+            self._run([*self.DNF, "module", "enable", spec])
+
+    def install(self, pins, names=()):
+        self._run([*self.DNF, "install", *[f"{n}-{v}" for n, v in pins], *names])
+
+    def hold(self, pairs):
+        # an entry of another version (the last stack's) goes first: one entry per name
+        self.unlock([n for n, _ in pairs])
+        self._run([*self.DNF, "versionlock", "add", *[f"{n}-{v}" for n, v in pairs]])
 
 
-def parse_pins(packages):
-    pins = []
-    for item in packages:
-        match = _PIN.match(item.strip())
-        if not match:
-            raise PinError(f"not an exact pin name=version: {item!r}")
-        pins.append((match.group(1), match.group(2)))
+BACKENDS = {"apt": AptBackend, "dnf": DnfBackend}
+
+
+def check_pins(pins, packages):
     names = [name for name, _ in pins]
     if len(set(names)) != len(names):
         raise PinError(f"a package pinned twice: {', '.join(sorted(packages))}")
@@ -249,7 +410,7 @@ def write_file(path, text):
 
 def run(module, backend):
     params = module.params
-    pins = parse_pins(params["packages"])
+    pins = check_pins(backend.parse_pins(params["packages"]), params["packages"])
     for pattern in params["supersede"]:
         try:
             re.compile(pattern)
@@ -262,16 +423,17 @@ def run(module, backend):
     removed, missing, held, absent = plan(
         pins, before, params["supersede"], params["hold_installed"], unpinned
     )
-    pin_before = read_file(params["pin_file"])
-    # no pin, no pin file: the run writes none rather than an empty one
-    pin_after = backend.pin_text(pins, params["owner"]) if pins else pin_before
+    streams = backend.streams()
+    version_of = {**{n: before[n].version for n in held if n in before}, **dict(pins)}
+    header, pin_before, pin_after = backend.pin_texts(pins, params["owner"], before, held, removed)
     pinned = pin_before != pin_after
     result = {
-        "changed": bool(removed or missing or held or pinned or absent),
-        "installed": [f"{n}={v}" for n, v in missing] + absent,
+        "changed": bool(removed or missing or held or pinned or absent or streams),
+        "installed": [f"{n}{backend.SEP}{v}" for n, v in missing] + absent,
         "removed": removed,
         "held": held,
         "pinned": pinned,
+        "streams": streams,
     }
     if module._diff:
         # what a converged node shows: every pin installed at its version and held
@@ -279,7 +441,7 @@ def run(module, backend):
         want += "".join(f"{n} held\n" for n in held if n not in dict(pins))
         want += "".join(f"{n} (candidate)\n" for n in absent)
         result["diff"] = [
-            {"before_header": params["pin_file"], "before": pin_before, "after": pin_after},
+            {"before_header": header, "before": pin_before, "after": pin_after},
             {
                 "before_header": "packages",
                 "before": describe(
@@ -289,17 +451,28 @@ def run(module, backend):
                 "after": want,
             },
         ]
+        if streams:
+            result["diff"].append(
+                {
+                    "before_header": "module streams",
+                    "before": "".join(f"{n}:{s}\n" for n, s in sorted(backend.enabled.items())),
+                    "after": "".join(f"{s}\n" for s in streams),
+                }
+            )
     if module.check_mode or not result["changed"]:
         return result
     if removed:
         backend.remove(removed)
-    # the pin first: apt then installs what it names, and no older pin can outvote it
+    if streams:
+        backend.switch(streams)
     if pinned:
-        write_file(params["pin_file"], pin_after)
+        backend.write_pins(pin_after)
+    if missing:
+        backend.unlock([n for n, _ in missing])  # dnf: the old version's lock excludes the new
     if missing or absent:
         backend.install(missing, absent)
     if held:
-        backend.hold(held)
+        backend.hold([(n, version_of[n]) for n in held])
     # trust no exit code alone: read the node again, every pin installed and held
     after = backend.state()
     wrong = [
@@ -315,6 +488,7 @@ def run(module, backend):
     ]
     wrong += [f"{n} absent" for n in unpinned if not (n in after and after[n].installed)]
     wrong += [f"{n} unheld" for n in held if n not in dict(pins) and not after[n].held]
+    wrong += [f"module stream {s} not enabled" for s in backend.streams()]
     if wrong:
         raise PinError(f"after the install, not as pinned: {', '.join(wrong)}")
     return result
@@ -324,7 +498,9 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "packages": {"type": "list", "elements": "str", "default": []},
-            "pin_file": {"type": "path", "required": True},
+            "manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
+            "pin_file": {"type": "path"},
+            "module_stream": {"type": "str"},
             "owner": {"type": "str", "default": "gpuboot"},
             "supersede": {"type": "list", "elements": "str", "default": []},
             "hold_installed": {"type": "list", "elements": "str", "default": []},
@@ -333,7 +509,7 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = run(module, BACKENDS["apt"](module))
+        result = run(module, BACKENDS[module.params["manager"]](module))
     except PinError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)
