@@ -566,6 +566,24 @@ def _scan_inventory(args, inv) -> Outcome:
     return Outcome(code, report, text)
 
 
+def cmd_status(args) -> Outcome:
+    """The fleet from the controller's runs and scan history; no host is contacted."""
+    from pathlib import Path
+
+    from gpuboot import status
+    from gpuboot.ui import table
+
+    hosts = None
+    if args.inventory:
+        from gpuboot.inventory import load_inventory, select_hosts
+
+        hosts = select_hosts(load_inventory(args.inventory), args.limit)
+    doc = status.fleet_status(
+        hosts, history=Path(args.history) if args.history else None, warn=_progress(args)
+    )
+    return Outcome(EXIT_OK, doc, table(status.HEADERS, status.rows(doc)))
+
+
 def cmd_evaluate(args) -> Outcome:
     from gpuboot import certify
     from gpuboot.ids import link_report
@@ -781,6 +799,16 @@ def build_parser() -> argparse.ArgumentParser:
         "matches them (by default such a host is ERROR: evidence changed since the run)",
     )
     ev.set_defaults(func=cmd_evaluate)
+
+    stv = verbs.add_parser(
+        "status",
+        parents=[common],
+        help="per node: last certify, certificate expiry, stack, last scan, drift (no SSH)",
+    )
+    stv.add_argument("-i", "--inventory", type=_inventory_arg, help="only this inventory's nodes")
+    stv.add_argument("--limit", help="Ansible host pattern (with -i)")
+    stv.add_argument("--history", help="scan history (default: $GPUBOOT_HOME/scan-history.jsonl)")
+    stv.set_defaults(func=cmd_status)
     return p
 
 

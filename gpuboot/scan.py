@@ -282,6 +282,7 @@ def scan(
                         "host": node["host"],
                         "verdict": node["verdict"],
                         "failing": now,
+                        "new": node["drift"]["new"],
                         "boot_id": seen.boot_id,
                         "faults": sorted(seen.faults),
                         "escalated": [e["fault"] for e in found],

@@ -1,0 +1,162 @@
+"""`gpuboot status`: the fleet at a glance, from what the controller already keeps (no SSH).
+
+Per node: its last certify verdict and time, its certificate's expiry (days left), its
+stack, its last scan's time, the rules failing then and any RMA escalation. Sources: the
+kept certify runs (``runs/<id>/report.json``, ``reports/certificates/<host>.json``, the
+bundle's meta.json for the stack) and the scan history. A scan runs certify's engine, so
+its run directories look like certify's: the run ids the scan history names are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuboot import paths
+from gpuboot.report._util import host_key, iso, parse_iso, utc_now
+
+REPORT = "report.json"
+CERT_DIR = Path("reports") / "certificates"
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file the controller wrote, or None (gone, unreadable, torn)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _certify_runs(runs: Path, skip: set[str]) -> list[Path]:
+    """Certify run directories, newest first (run ids start with their time)."""
+    try:
+        names = os.listdir(runs)
+    except OSError:
+        return []
+    return [runs / n for n in sorted(names, reverse=True) if "-certify-" in n and n not in skip]
+
+
+def _certificate(run_dir: Path, host: str, now: datetime) -> dict[str, Any] | None:
+    from gpuboot.collect import is_safe_name
+
+    if not is_safe_name(host):
+        return None
+    cert = _read_json(run_dir / CERT_DIR / f"{host}.json")
+    if not isinstance(cert, dict):
+        return None
+    try:
+        expires = parse_iso(str(cert.get("expires_at")))
+    except ValueError:
+        return None
+    return {"expires_at": iso(expires), "days_left": (expires - now).days}
+
+
+def _stack(report: dict[str, Any], node: dict[str, Any]) -> str | None:
+    from gpuboot.k8s.decision import stack_of
+
+    return stack_of(report, node, None)
+
+
+def _certify_view(
+    runs: Path, skip: set[str], wanted: set[str] | None, now: datetime
+) -> dict[str, dict[str, Any]]:
+    """host -> its last certify: verdict, time, certificate, stack."""
+    out: dict[str, dict[str, Any]] = {}
+    for run_dir in _certify_runs(runs, skip):
+        if wanted is not None and wanted <= set(out):
+            break  # every node asked for has its newest run
+        report = _read_json(run_dir / REPORT)
+        if not isinstance(report, dict) or not isinstance(report.get("nodes"), list):
+            continue
+        try:
+            when = iso(datetime.fromtimestamp((run_dir / REPORT).stat().st_mtime, UTC))
+        except OSError:
+            continue
+        for node in report["nodes"]:
+            host = node.get("host") if isinstance(node, dict) else None
+            if not isinstance(host, str) or host in out or (wanted and host not in wanted):
+                continue
+            out[host] = {
+                "verdict": node.get("verdict"),
+                "time": when,
+                "run_id": run_dir.name,
+                "certificate": _certificate(run_dir, host, now),
+                "stack": _stack(report, node),
+            }
+    return out
+
+
+def fleet_status(
+    hosts: list[str] | None = None,
+    *,
+    history: Path | None = None,
+    now: datetime | None = None,
+    warn=lambda _m: None,
+) -> dict[str, Any]:
+    """The status document: ``nodes`` in natural host order. ``hosts``: the nodes to show
+    (an inventory's; a node with no run yet is listed with nothing known), else every node
+    the runs and the scan history know."""
+    from gpuboot import scan
+
+    now = now or utc_now()
+    history = history or scan.default_history()
+    scans = scan.read_history(history, warn=warn)
+    scan_runs = {str(h.last.get("run_id")) for h in scans.values() if h.last}
+    wanted = set(hosts) if hosts is not None else None
+    certified = _certify_view(paths.runs_dir(), scan_runs, wanted, now)
+    names = hosts if hosts is not None else sorted(set(certified) | set(scans))
+    nodes = []
+    for host in sorted(names, key=host_key):
+        last = scans[host].last if host in scans else None
+        nodes.append(
+            {
+                "host": host,
+                "certify": certified.get(host),
+                "last_scan": None
+                if last is None
+                else {
+                    "time": last["time"],
+                    "verdict": last.get("verdict"),
+                    "failing": sorted(r for r, v in last["failing"].items() if v != "ERROR"),
+                    "new": [r for r in last.get("new") or [] if isinstance(r, str)],
+                    "not_judged": sorted(r for r, v in last["failing"].items() if v == "ERROR"),
+                    "escalations": list(last.get("escalated") or []),
+                },
+            }
+        )
+    return {"generated": iso(now), "history": str(history), "nodes": nodes}
+
+
+def rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The terminal table's rows (headers: HEADERS)."""
+    out = []
+    for n in doc["nodes"]:
+        c, s = n["certify"] or {}, n["last_scan"] or {}
+        cert = c.get("certificate")
+        expiry = "none" if not cert else f"{cert['days_left']}d ({cert['expires_at'][:10]})"
+        if cert and cert["days_left"] < 0:
+            expiry = f"expired {cert['expires_at'][:10]}"
+        failing = s.get("failing") or []
+        drift = f"{len(failing)}: {' '.join(failing)}" if failing else "0"
+        if s.get("new"):
+            drift += f" (new: {' '.join(s['new'])})"
+        if s.get("not_judged"):
+            drift += f"; {len(s['not_judged'])} not judged"
+        out.append(
+            (
+                n["host"],
+                f"{c['verdict']} {c['time']}" if c else "never certified",
+                expiry if c else "",
+                c.get("stack") or "",
+                s.get("time") or "never scanned",
+                drift if s else "",
+                "RMA: " + " ".join(s["escalations"]) if s.get("escalations") else "",
+            )
+        )
+    return out
+
+
+HEADERS = ("node", "last certify", "certificate", "stack", "last scan", "failing", "escalation")
