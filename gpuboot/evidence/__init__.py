@@ -26,6 +26,7 @@ from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
 from gpuboot.evidence.kernel_log import parse_kernel_log
+from gpuboot.evidence.lspci import parse_lspci
 from gpuboot.evidence.mig import parse_mig_lci, parse_mig_lgi, parse_mig_lgip
 from gpuboot.evidence.mlnx_qos import parse_mlnx_qos
 from gpuboot.evidence.modules import parse_lsmod, parse_modinfo, parse_nvidia_version
@@ -72,6 +73,7 @@ PARSERS: dict[str, Parser] = {
     "dmesg*": parse_kernel_log,
     "journalctl_-k*": parse_kernel_log,
     "lsmod.txt": parse_lsmod,
+    "lspci*": parse_lspci,
     "proc_driver_nvidia_version.txt": parse_nvidia_version,
     "modinfo_*": parse_modinfo,
     "sys_class_net_*_ecn_enable*": parse_ecn_enable,

@@ -12,7 +12,8 @@ from typing import Any
 from . import faults, kfiles, kmod, kmsg, model, paths, state
 from .state import EmuError, Node
 
-KERNEL_TOOLS = ["lsmod", "modprobe", "rmmod", "modinfo", "dmesg"]
+# the kernel's and the bus's view (lspci reads the PCI bus: pciutils, not a driver package)
+KERNEL_TOOLS = ["lsmod", "modprobe", "rmmod", "modinfo", "dmesg", "lspci"]
 SBIN = "/usr/local/sbin"
 UNIT = "/etc/systemd/system/gpuemu-boot.service"
 UNIT_WANTS = "/etc/systemd/system/sysinit.target.wants/gpuemu-boot.service"

@@ -19,7 +19,8 @@ PROBES = ("nvbandwidth", "all_reduce_perf", "ib_write_bw")
 USAGE = {
     "xid": "xid CODE [GPU]",
     "driver-mismatch": "driver-mismatch [KERNEL_MODULE_VERSION]",
-    "gpu-missing": "gpu-missing [GPU]",
+    "gpu-missing": "gpu-missing [GPU]   (off the PCI bus: lspci does not list it either)",
+    "gpu-unbound": "gpu-unbound [GPU]   (on the PCI bus, the driver failed to bring it up)",
     "nvlink-down": "nvlink-down GPU [LINK]   (no LINK: all links of the GPU)",
     "pcie-downtrain": "pcie-downtrain GPU GEN WIDTH",
     "ecc-uncorrectable": "ecc-uncorrectable [GPU]",
@@ -29,6 +30,7 @@ USAGE = {
     "fabricmanager-fails": "fabricmanager-fails",
     "nic-down": "nic-down [HCA|NETDEV]",
     "qos-drift": "qos-drift [HCA|NETDEV]",
+    "nic-swap": "nic-swap NIC NIC   (two cards in each other's slot: each beside the other's GPU)",
     "gpu-process": "gpu-process GPU [NAME] [MIB]   (a compute process left on the GPU)",
     "low-bandwidth": "low-bandwidth PROBE FACTOR [HCA|NETDEV]   (PROBE: "
     + "|".join(PROBES)
@@ -73,6 +75,7 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
         return args[:1]
     if kind in (
         "gpu-missing",
+        "gpu-unbound",
         "ecc-uncorrectable",
         "remap-pending",
         "remap-failed",
@@ -107,6 +110,13 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
             raise EmuError("this profile has no NICs")
         nic = find_nic(node, args[0]) if args else model.nic_list(node)[0]
         return [nic["hca"]]
+    if kind == "nic-swap":
+        if len(args) != 2:
+            raise EmuError(usage)
+        a, b = find_nic(node, args[0])["hca"], find_nic(node, args[1])["hca"]
+        if a == b:
+            raise EmuError("nic-swap needs two different NICs")
+        return [a, b]
     if kind == "gpu-process":
         if not args:
             raise EmuError(usage)
@@ -182,6 +192,16 @@ def _trace_nic_down(node: Node, args: list[str]) -> None:
     kmsg.log(node, f"mlx5_core {nic['pci_bus_id']} {nic.get('netdev', '')}: Link down", kmsg.INFO)
 
 
+def _trace_unbound(node: Node, args: list[str]) -> None:
+    # what the driver logs when it cannot initialise a GPU it found on the bus
+    gpu = model.gpu_by_slot(node, int(args[0]))
+    if gpu is not None:
+        kmsg.log(node, f"NVRM: GPU {gpu.bus4.lower()}: RmInitAdapter failed! (0x22:0x56:667)")
+        kmsg.log(
+            node, f"NVRM: GPU {gpu.bus4.lower()}: rm_init_adapter failed, device minor number 0"
+        )
+
+
 def _trace_mismatch(node: Node, args: list[str]) -> None:
     client = model.read_userspace("nvml") or "unknown"
     kernel = model.module_version(node, "nvidia") or (args[0] if args else "unknown")
@@ -204,6 +224,7 @@ TRACES: dict[str, Callable[[Node, list[str]], None]] = {
     "remap-failed": _trace_gpu_xids(64),
     "nic-down": _trace_nic_down,
     "driver-mismatch": _trace_mismatch,
+    "gpu-unbound": _trace_unbound,
 }
 
 

@@ -22,6 +22,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "nv-hostengine": ("daemons", "hostengine"),
     "nvidia-ctk": ("daemons", "ctk"),
     "dcgmi": ("dcgmi", "main"),
+    "lspci": ("lspci", "main"),
     "ibstat": ("nic", "ibstat"),
     "ibv_devinfo": ("nic", "ibv_devinfo"),
     "ibstatus": ("nic", "ibstatus"),

@@ -144,7 +144,10 @@ def gpus(node: Node, include_missing: bool = False) -> list[Gpu]:
     """All GPUs that enumerate on the PCI bus, in nvidia-smi order (PCI bus order)."""
     g = gpu_hw(node)
     n_links = int(hw(node).get("nvlink", {}).get("links_per_gpu", 0) or 0)
+    # off the bus (gpu-missing) or on it but not brought up by the driver (gpu-unbound): the
+    # driver's tools do not list either; lspci lists the unbound one (bus_gpus)
     missing = {_gpu_arg(f) for f in faults_of(node, "gpu-missing")}
+    missing |= {_gpu_arg(f) for f in faults_of(node, "gpu-unbound")}
     lost = {_gpu_arg(f, 1) for f in faults_of(node, "xid") if f["args"][0] == "79"}
     numas = g.get("numa_nodes") or []
     mods = g.get("module_ids") or []
@@ -275,5 +278,20 @@ def module_version(node: Node, name: str) -> str | None:
     return version
 
 
+def bus_gpus(node: Node) -> list[Gpu]:
+    """The GPUs the PCI bus enumerates (lspci): all but those off the bus (gpu-missing)."""
+    gone = {_gpu_arg(f) for f in faults_of(node, "gpu-missing")}
+    return [g for g in gpus(node, include_missing=True) if g.slot not in gone]
+
+
 def nic_list(node: Node) -> list[dict[str, Any]]:
-    return list(hw(node).get("nics", []))
+    """The profile's NICs as fitted: a nic-swap fault puts two cards in each other's slot
+    (PCI address and the GPU they sit beside change places; the names stay)."""
+    nics = [dict(n) for n in hw(node).get("nics", [])]
+    by_hca = {n["hca"]: n for n in nics}
+    for f in faults_of(node, "nic-swap"):
+        a, b = (by_hca.get(h) for h in f["args"][:2])
+        if a is not None and b is not None:
+            for key in ("pci_bus_id", "gpu"):
+                a[key], b[key] = b.get(key), a.get(key)
+    return nics
