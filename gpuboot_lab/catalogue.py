@@ -1,8 +1,11 @@
 """The lab package catalogue (``packages.yaml``) as data: load, check and expand.
 
-Every entry of the YAML expands to one :class:`PackageVersion` per (name, version),
-with ``@var@`` templates filled in. Pure functions apart from reading the file; the
-repository builder (:mod:`gpuboot_lab.repo`) turns them into ``.deb`` files.
+Every entry of the YAML expands to one :class:`PackageVersion` per (name, version) and
+OS family, with ``@var@`` templates filled in: the Debian package, and the RPM under the
+name, version and relations its ``redhat:`` mapping gives (same files, modules, units
+and maintainer-script bodies). Pure functions apart from reading the file; the
+repository builders (:mod:`gpuboot_lab.repo`, :mod:`gpuboot_lab.rpmrepo`) turn them into
+``.deb`` and ``.rpm`` files.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ RELATION_KEYS = (
     "replaces",
     "provides",
 )
+RPM_RELATION_KEYS = ("requires", "provides", "conflicts", "obsoletes")
+FAMILIES = ("debian", "redhat")
+# Debian relation operators in rpm's spelling.
+_RPM_OPS = {"=": "=", ">=": ">=", "<=": "<=", ">>": ">", "<<": "<"}
+_REDHAT_KEYS = {"name", "version", "summary", "streams", "profiles", *RPM_RELATION_KEYS}
 _PACKAGE_KEYS = {
     "name",
     "matrix",
@@ -49,6 +57,8 @@ _PACKAGE_KEYS = {
     "files",
     "links",
     "scripts",
+    "debian",
+    "redhat",
     *RELATION_KEYS,
 }
 _MODULE_KEYS = {"name", "description", "depends", "flavor", "license", "version"}
@@ -79,6 +89,11 @@ class PackageVersion:
     links: dict[str, str]
     scripts: dict[str, str]
     modules: dict[str, dict[str, str]] = field(default_factory=dict)
+    family: str = "debian"
+    # redhat only: the nvidia-driver module streams listing this rpm, and the profiles
+    # of those streams that name it.
+    streams: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
 
     @property
     def upstream(self) -> str:
@@ -87,6 +102,13 @@ class PackageVersion:
     @property
     def conffiles(self) -> list[str]:
         return sorted(p for p in self.files if p.startswith("/etc/"))
+
+    @property
+    def evr(self) -> tuple[str, str, str]:
+        """rpm's (epoch, version, release): ``3:550.54.15-1.el9`` -> ('3', '550.54.15', '1.el9')."""
+        epoch, _, rest = self.version.rpartition(":")
+        version, _, release = rest.partition("-")
+        return epoch or "0", version, release or "1"
 
     def relation(self, key: str) -> str:
         """A control-file relation field (``Depends`` ...) as one string."""
@@ -103,8 +125,10 @@ class Catalogue:
     origin: str
     label: str
     maintainer: str
-    script_prologue: str
+    script_prologue: str  # the Debian maintainer scripts' (common part + debian helpers)
     packages: list[PackageVersion]
+    rpm_script_prologue: str = ""  # the rpm scriptlets' (common part + redhat helpers)
+    rpms: list[PackageVersion] = field(default_factory=list)
 
     def versions_of(self, name: str) -> list[str]:
         return [p.version for p in self.packages if p.name == name]
@@ -204,7 +228,64 @@ def _expand_entry(entry: Any, index: int) -> list[tuple[dict[str, Any], dict[str
     return out
 
 
-def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> PackageVersion:
+def _rpm_relation(rel: str) -> str:
+    """``foo (>= 1.2-1)`` -> ``foo >= 1.2-1``; alternatives (``a | b``) have no rpm form here."""
+    name, _, rest = rel.partition("(")
+    if "|" in rel:
+        raise ConfigError(f"no rpm form for the alternative {rel!r}: give redhat relations")
+    if not rest:
+        return name.strip()
+    op, _, version = rest.rstrip(")").strip().partition(" ")
+    return f"{name.strip()} {_RPM_OPS[op]} {version.strip()}"
+
+
+def _redhat_view(
+    entry: dict[str, Any], variables: dict[str, str], where: str
+) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The entry and variables as the rpm sees them, or None (``redhat: false``).
+
+    Without ``redhat:`` the rpm has the deb's name and version and its relations in rpm
+    spelling; a ``redhat:`` mapping may rename, re-version (templates see the deb's
+    variables) and, naming any relation, gives them all.
+    """
+    rh = entry.get("redhat", {})
+    if rh is False:
+        return None
+    if not isinstance(rh, dict) or set(rh) - _REDHAT_KEYS:
+        raise ConfigError(
+            "'redhat' is false or a mapping",
+            where=f"{where}.redhat",
+            hint=str(sorted(_REDHAT_KEYS)),
+        )
+    version = _fill(str(rh.get("version", "@version@")), variables, f"{where}.redhat.version")
+    if not _VERSION.match(version):
+        raise ConfigError(f"bad rpm version {version!r}", where=f"{where}.redhat.version")
+    out = {k: v for k, v in entry.items() if k not in RELATION_KEYS}
+    out["name"] = rh.get("name", entry["name"])
+    out["summary"] = rh.get("summary", entry["summary"])
+    if any(k in rh for k in RPM_RELATION_KEYS):
+        for key in RPM_RELATION_KEYS:
+            out[key] = rh.get(key) or []
+    else:
+        try:
+            out["requires"] = [
+                _rpm_relation(r) for k in ("pre_depends", "depends") for r in entry.get(k) or []
+            ]
+            out["conflicts"] = [
+                _rpm_relation(r) for k in ("conflicts", "breaks") for r in entry.get(k) or []
+            ]
+            out["provides"] = [_rpm_relation(r) for r in entry.get("provides") or []]
+        except (ConfigError, KeyError) as exc:
+            raise ConfigError(f"{exc}", where=f"{where}.redhat") from exc
+    out["streams"] = _str_list(rh.get("streams"), f"{where}.redhat.streams")
+    out["profiles"] = _str_list(rh.get("profiles"), f"{where}.redhat.profiles")
+    return out, {**variables, "version": version, "upstream": upstream_version(version)}
+
+
+def _build(
+    entry: dict[str, Any], variables: dict[str, str], where: str, family: str = "debian"
+) -> PackageVersion:
+    relation_keys = RELATION_KEYS if family == "debian" else RPM_RELATION_KEYS
     name = _fill(entry["name"], variables, f"{where}.name")
     if not _NAME.match(name):
         raise ConfigError(f"bad package name {name!r}", where=where)
@@ -216,7 +297,7 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
 
     relations = {
         key: [fill(v, key) for v in _str_list(entry.get(key), f"{where}.{key}")]
-        for key in RELATION_KEYS
+        for key in relation_keys
         if entry.get(key)
     }
     files: dict[str, FileEntry] = {}
@@ -303,6 +384,9 @@ def _build(entry: dict[str, Any], variables: dict[str, str], where: str) -> Pack
         links=links,
         scripts={k: fill(v, "scripts") for k, v in scripts.items()},
         modules=modules,
+        family=family,
+        streams=tuple(fill(v, "streams") for v in entry.get("streams", ())),
+        profiles=tuple(entry.get("profiles", ())),
     )
 
 
@@ -322,19 +406,38 @@ def parse_catalogue(text: str, where: str = "packages.yaml") -> Catalogue:
             "script_prologue must start with '#!/bin/sh' and 'set -e'",
             where=f"{where}.script_prologue",
         )
+    helpers = data.get("script_helpers", {})
+    if not isinstance(helpers, dict) or set(helpers) - set(FAMILIES):
+        raise ConfigError(
+            "'script_helpers' maps an OS family to shell text",
+            where=f"{where}.script_helpers",
+            hint=f"families: {', '.join(FAMILIES)}",
+        )
+    prologue = {
+        fam: data["script_prologue"].rstrip("\n") + "\n" + str(helpers.get(fam, ""))
+        for fam in FAMILIES
+    }
     entries = data.get("packages")
     if not isinstance(entries, list) or not entries:
         raise ConfigError("'packages' must be a non-empty list", where=where)
     packages: list[PackageVersion] = []
-    seen: set[tuple[str, str]] = set()
+    rpms: list[PackageVersion] = []
+    seen: set[tuple[str, str, str]] = set()
     for i, entry in enumerate(entries):
         for raw, variables in _expand_entry(entry, i):
-            pkg = _build(raw, variables, f"{where}: packages[{i}]")
-            key = (pkg.name, pkg.version)
-            if key in seen:
-                raise ConfigError(f"{pkg.name} {pkg.version} is listed twice", where=where)
-            seen.add(key)
-            packages.append(pkg)
+            at = f"{where}: packages[{i}]"
+            built = [] if raw.get("debian") is False else [_build(raw, variables, at)]
+            view = _redhat_view(raw, variables, at)
+            if view:
+                built.append(_build(*view, at, family="redhat"))
+            for pkg in built:
+                key = (pkg.family, pkg.name, pkg.version)
+                if key in seen:
+                    raise ConfigError(
+                        f"{pkg.family} {pkg.name} {pkg.version} is listed twice", where=where
+                    )
+                seen.add(key)
+                (packages if pkg.family == "debian" else rpms).append(pkg)
     return Catalogue(
         suite=data["suite"],
         component=data["component"],
@@ -342,8 +445,10 @@ def parse_catalogue(text: str, where: str = "packages.yaml") -> Catalogue:
         origin=str(data.get("origin", data["suite"])),
         label=str(data.get("label", data["suite"])),
         maintainer=data["maintainer"],
-        script_prologue=data["script_prologue"],
+        script_prologue=prologue["debian"],
         packages=packages,
+        rpm_script_prologue=prologue["redhat"],
+        rpms=rpms,
     )
 
 

@@ -23,6 +23,12 @@ def register(verbs: argparse._SubParsersAction, common: argparse.ArgumentParser)
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--profile", default="hgx-h100-sxm-8gpu", help="SKU profile of every node")
     up.add_argument("--stack", help="gpuboot_stack for every node (default: driver pin only)")
+    up.add_argument(
+        "--os",
+        default="debian",
+        help="node OS: debian, el8, el9 or el10 (real dnf/rpm, emulated EL identity); "
+        "a comma list (debian,el9) gives the nodes these OSes in turn",
+    )
     up.set_defaults(func=cmd_lab_up)
     lab_verbs.add_parser(
         "image", parents=[common], help="build the node image (cached)"
@@ -57,16 +63,22 @@ def cmd_lab_up(args) -> Outcome:
     from gpuboot_lab import lab
 
     created = lab.up(
-        args.name, args.nodes, args.profile, progress=_progress(args), stack=args.stack
+        args.name,
+        args.nodes,
+        args.profile,
+        progress=_progress(args),
+        stack=args.stack,
+        os_spec=args.os,
     )
     doc = {
         "lab": created.name,
         "profile": created.profile,
         "inventory": str(created.inventory),
-        "nodes": [{"name": n.name, "ip": n.ip} for n in created.nodes],
+        "nodes": [{"name": n.name, "ip": n.ip, "os": n.os} for n in created.nodes],
     }
+    oses = ", ".join(sorted({n.os for n in created.nodes}))
     text = (
-        f"lab {created.name}: {len(created.nodes)} x {created.profile} up\n"
+        f"lab {created.name}: {len(created.nodes)} x {created.profile} ({oses}) up\n"
         f"inventory: {created.inventory}\n"
         f"next: gpuboot install -i {created.inventory}"
     )
@@ -89,11 +101,11 @@ def cmd_lab_status(args) -> Outcome:
 
     labs = lab.status(args.name)
     rows = [
-        (entry["lab"], entry["profile"], n["name"], n["ip"], n["state"])
+        (entry["lab"], entry["profile"], n["name"], n["os"], n["ip"], n["state"])
         for entry in labs
         for n in entry["nodes"]
     ]
-    text = table(("lab", "profile", "node", "ip", "state"), rows) if rows else "no labs"
+    text = table(("lab", "profile", "node", "os", "ip", "state"), rows) if rows else "no labs"
     return Outcome(EXIT_OK, {"labs": labs}, text)
 
 

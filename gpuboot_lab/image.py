@@ -14,12 +14,20 @@ from gpuboot.errors import RunError
 from gpuboot_lab.podman import exists, podman_env
 
 RECIPE = Path(__file__).resolve().parent / "image" / "build-node-image.sh"
+EL_RECIPE = RECIPE.with_name("build-node-image-el.sh")
+EL_MAJORS = ("8", "9", "10")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
 def image_tag() -> str:
     digest = hashlib.sha256(RECIPE.read_bytes()).hexdigest()[:12]
     return f"localhost/gpuboot-node:{digest}"
+
+
+def el_image_tag(major: str) -> str:
+    """The EL flavour is built on the Debian image: its tag hashes both recipes."""
+    digest = hashlib.sha256(RECIPE.read_bytes() + EL_RECIPE.read_bytes()).hexdigest()[:12]
+    return f"localhost/gpuboot-node-el{major}:{digest}"
 
 
 def host_mirror(sources: Path = Path("/etc/apt/sources.list.d/debian.sources")) -> str:
@@ -43,12 +51,28 @@ def ensure_image(log: Path | None = None) -> str:
         return tag
     if shutil.which("debootstrap") is None:
         raise RunError("debootstrap is not installed", hint="run `make setup`")
+    _build(RECIPE, tag, log or paths.home() / "image-build.log")
+    return tag
+
+
+def ensure_el_image(major: str, log: Path | None = None) -> str:
+    """Return the EL``major`` node image tag, building it (and the Debian base) if needed."""
+    if major not in EL_MAJORS:
+        raise RunError(f"no EL{major} image recipe", hint=f"EL majors: {', '.join(EL_MAJORS)}")
+    tag = el_image_tag(major)
+    if exists("image", tag):
+        return tag
+    base = ensure_image(log)
+    _build(EL_RECIPE, tag, log or paths.home() / f"image-build-el{major}.log", major, base)
+    return tag
+
+
+def _build(recipe: Path, tag: str, log: Path, *extra: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="image-", dir=paths.home()))
-    log = log or paths.home() / "image-build.log"
     try:
         with log.open("wb") as out:
             proc = subprocess.run(
-                ["sh", str(RECIPE), str(work / "rootfs"), host_mirror(), tag],
+                ["sh", str(recipe), str(work / "rootfs"), host_mirror(), tag, *extra],
                 env=podman_env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -61,4 +85,3 @@ def ensure_image(log: Path | None = None) -> str:
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return tag

@@ -29,6 +29,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 MAX_NODES = 64
 REPO_PORT = 80
 LAB_DRIVER = ("550", "550.54.15-1")  # branch and exact package version a new lab pins
+LAB_DRIVER_EL = ("550", "3:550.54.15-1.el9")  # the same driver in NVIDIA's RHEL repository
+# Node OSes: Debian bookworm, or its userland with real dnf/rpm and an emulated EL identity.
+OSES = ("debian", "el8", "el9", "el10")
 # What changes with every boot of a lab node: its PID 1's start time in clock ticks (the
 # fields after the command name, which may hold spaces: starttime is the 20th of them).
 LAB_BOOT_TIME_COMMAND = "sed 's/.*) //' /proc/1/stat | cut -d ' ' -f 20"
@@ -40,6 +43,11 @@ class Node:
     name: str
     ip: str
     container_id: str = ""
+    os: str = "debian"  # one of OSES
+
+    @property
+    def family(self) -> str:
+        return "debian" if self.os == "debian" else "redhat"
 
 
 @dataclass
@@ -110,21 +118,40 @@ def _keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().split()[:2]  # type: ignore[return-value]
 
 
+def parse_os(spec: str) -> list[str]:
+    """``--os debian,el9`` -> ['debian', 'el9']: the OSes nodes take in turn."""
+    oses = [part.strip() for part in spec.split(",")]
+    bad = [o for o in oses if o not in OSES]
+    if bad or not oses:
+        raise BadInput(
+            f"--os {spec!r}: unknown OS {', '.join(bad) or '(empty)'}",
+            hint=f"one or a comma list of {', '.join(OSES)} (nodes take them in turn)",
+        )
+    return oses
+
+
 def up(
     name: str,
     nodes: int,
     profile: str,
     progress: Progress = lambda _: None,
     stack: str | None = None,
+    os_spec: str = "debian",
 ) -> Lab:
-    """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers."""
+    """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers.
+
+    ``os_spec`` names the nodes' OS (``el9``) or OSes taken in turn (``debian,el9``).
+    """
     from gpuboot.profiles import load_profile
-    from gpuboot_lab.image import ensure_image
-    from gpuboot_lab.repo_server import ensure_repo
+    from gpuboot_lab.image import ensure_el_image, ensure_image
+    from gpuboot_lab.repo_server import ensure_repo, ensure_rpm_repo
 
     _check_name(name)
+    oses = parse_os(os_spec)
     if not 1 <= nodes <= MAX_NODES:
         raise BadInput(f"--nodes {nodes} is out of range", hint=f"ask for 1 to {MAX_NODES} nodes")
+    node_oses = [oses[i % len(oses)] for i in range(nodes)]
+    families = tuple(sorted({"debian" if o == "debian" else "redhat" for o in node_oses}))
     hw_profile = load_profile(profile)
     if stack is not None:
         from gpuboot.stacks import load_stack, require_compatible
@@ -132,7 +159,7 @@ def up(
 
         stack_doc = load_stack(stack)
         require_compatible(stack_doc, hw_profile, where=f"--stack {stack}")
-        require_served(stack_doc, where=f"--stack {stack}")
+        require_served(stack_doc, where=f"--stack {stack}", families=families)
     if (paths.labs_dir() / name / "lab.json").exists():
         raise BadInput(
             f"lab {name!r} already exists",
@@ -142,15 +169,22 @@ def up(
         raise RunError("ssh-keygen is not installed", hint="run `make setup`")
 
     progress("node image: checking (first build takes about 90 s)")
-    image = ensure_image()
+    images = {"debian": ensure_image()}
+    for os_name in sorted(set(node_oses) - {"debian"}):
+        progress(f"{os_name} node image: checking (first build takes about 30 s more)")
+        images[os_name] = ensure_el_image(os_name.removeprefix("el"))
     progress("package repository: checking")
     repo = ensure_repo()
+    rpm_repo = None
+    if "redhat" in families:
+        progress("rpm repository: checking (first build takes about 20 s)")
+        rpm_repo = ensure_rpm_repo()
 
     lab = Lab(name=name, profile=hw_profile["name"], stack=stack)
     lab.dir.mkdir(parents=True, exist_ok=True)
     lab.save()
     try:
-        _create(lab, nodes, image, repo, hw_profile, progress)
+        _create(lab, node_oses, images, (repo, rpm_repo), hw_profile, progress)
     except BaseException:
         progress("bring-up failed: removing what was created")
         down(name)
@@ -158,7 +192,10 @@ def up(
     return lab
 
 
-def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: Progress) -> None:
+def _create(
+    lab: Lab, node_oses: list[str], images: dict[str, str], repos, hw_profile: dict, progress
+) -> None:
+    repo, rpm_repo = repos
     ssh_dir = lab.dir / "ssh"
     ssh_dir.mkdir(mode=0o700)
     _keygen(ssh_dir / "id_ed25519", f"gpuboot-lab-{lab.name}")
@@ -173,7 +210,10 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
     lab.subnet = info["subnets"][0]["subnet"]
     hosts = list(ipaddress.ip_network(lab.subnet).hosts())
     repo_ip = str(hosts[1])  # .1 is the gateway
-    lab.nodes = [Node(name=f"node{i}", ip=str(hosts[9 + i])) for i in range(1, nodes + 1)]
+    lab.nodes = [
+        Node(name=f"node{i}", ip=str(hosts[9 + i]), os=os_name)
+        for i, os_name in enumerate(node_oses, start=1)
+    ]
     lab.save()
 
     progress(f"network {net_name} {lab.subnet}; starting the package repository at {repo_ip}")
@@ -190,7 +230,7 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
         f"gpuboot.lab={lab.name}",
         "-v",
         f"{repo.out_dir}:/srv/repo:ro",
-        image,
+        images["debian"],
         "python3",
         "-m",
         "http.server",
@@ -206,7 +246,7 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
         node_dir.mkdir(parents=True)
         keytype, key = _keygen(node_dir / "ssh_host_ed25519_key", node.name)
         known_hosts.append(f"{node.ip} {keytype} {key}")
-        progress(f"{node.name}: starting at {node.ip}")
+        progress(f"{node.name}: starting at {node.ip} ({node.os})")
         node.container_id = podman(
             "run",
             "-d",
@@ -235,17 +275,57 @@ def _create(lab: Lab, nodes: int, image: str, repo, hw_profile: dict, progress: 
             f"{node_dir / 'ssh_host_ed25519_key.pub'}:/etc/ssh/ssh_host_ed25519_key.pub:ro",
             "-v",
             f"{ssh_dir / 'id_ed25519.pub'}:/root/.ssh/authorized_keys:ro",
-            image,
+            images[node.os],
         ).stdout.strip()
         lab.save()
     (ssh_dir / "known_hosts").write_text("\n".join(known_hosts) + "\n")
-    _write_inventory(lab, repo, repo_ip, hw_profile)
+    _write_inventory(lab, repo, rpm_repo, repo_ip, hw_profile)
     progress("waiting for sshd on every node")
     _wait_for_ssh([n.ip for n in lab.nodes], timeout=90)
 
 
-def _write_inventory(lab: Lab, repo, repo_ip: str, hw_profile: dict) -> None:
+def _os_vars(node: Node, lab: Lab, repo, rpm_repo, repo_ip: str) -> dict:
+    """The variables that depend on a node's OS: its family, package names, repository."""
+    if node.family == "debian":
+        return {
+            **(
+                {}
+                if lab.stack
+                else {"nvidia_driver_branch": LAB_DRIVER[0], "nvidia_driver_version": LAB_DRIVER[1]}
+            ),
+            "gpuboot_probe_tools_packages": ["gpuboot-probes=0.6-1"],
+            "gpuboot_apt_repo_url": f"http://{repo_ip}/",
+            "gpuboot_apt_repo_suite": repo.suite,
+            "gpuboot_apt_repo_components": repo.component,
+            "gpuboot_apt_repo_key_file": str(repo.public_key_path),
+        }
+    major = node.os.removeprefix("el")
+    return {
+        "gpuboot_os_family": "redhat",
+        **(
+            {}
+            if lab.stack
+            else {
+                "nvidia_driver_branch": LAB_DRIVER_EL[0],
+                "nvidia_driver_version": LAB_DRIVER_EL[1],
+            }
+        ),
+        "gpuboot_probe_tools_packages": ["gpuboot-probes-0.6-1"],
+        "gpuboot_dnf_repo_url": f"http://{repo_ip}/{rpm_repo.url_path(major)}",
+        "gpuboot_dnf_repo_key_file": str(rpm_repo.public_key_path),
+    }
+
+
+def _write_inventory(lab: Lab, repo, rpm_repo, repo_ip: str, hw_profile: dict) -> None:
     ssh_dir = lab.dir / "ssh"
+    per_node = {n.name: _os_vars(n, lab, repo, rpm_repo, repo_ip) for n in lab.nodes}
+    # What every node shares goes to all.vars (a one-OS lab's inventory reads as before);
+    # the rest are host vars.
+    shared = {
+        key: value
+        for key, value in per_node[lab.nodes[0].name].items()
+        if all(key in v and v[key] == value for v in per_node.values())
+    }
     inventory = {
         "all": {
             "vars": {
@@ -258,19 +338,11 @@ def _write_inventory(lab: Lab, repo, repo_ip: str, hw_profile: dict) -> None:
                     "-o StrictHostKeyChecking=yes -o BatchMode=yes"
                 ),
                 "gpuboot_profile": lab.profile,
-                **(
-                    {"gpuboot_stack": lab.stack}
-                    if lab.stack
-                    else {
-                        "nvidia_driver_branch": LAB_DRIVER[0],
-                        "nvidia_driver_version": LAB_DRIVER[1],
-                    }
-                ),
+                **({"gpuboot_stack": lab.stack} if lab.stack else {}),
                 # The lab's kernel is the host's: roles must not try to install or hold one.
                 "gpuboot_baseline_manage_kernel": False,
                 # The lab's stand-in for a site-built nvbandwidth/nccl-tests package.
                 "gpuboot_probe_tools_enabled": True,
-                "gpuboot_probe_tools_packages": ["gpuboot-probes=0.6-1"],
                 # Written out (not only derived by `gpuboot install`) so molecule's plain
                 # ansible-playbook runs configure the same RoCE rails.
                 "gpuboot_roce_interfaces": [
@@ -284,14 +356,17 @@ def _write_inventory(lab: Lab, repo, repo_ip: str, hw_profile: dict) -> None:
                 # A container sees the host's boot_id, which never changes: a reboot of
                 # the node shows as a new start time of its PID 1 (/proc/1/stat field 22).
                 "gpuboot_reboot_boot_time_command": LAB_BOOT_TIME_COMMAND,
-                "gpuboot_apt_repo_url": f"http://{repo_ip}/",
-                "gpuboot_apt_repo_suite": repo.suite,
-                "gpuboot_apt_repo_components": repo.component,
-                "gpuboot_apt_repo_key_file": str(repo.public_key_path),
+                **shared,
             },
             "children": {
                 "gpu_nodes": {
-                    "hosts": {n.name: {"ansible_host": n.ip} for n in lab.nodes},
+                    "hosts": {
+                        n.name: {
+                            "ansible_host": n.ip,
+                            **{k: v for k, v in per_node[n.name].items() if k not in shared},
+                        }
+                        for n in lab.nodes
+                    },
                 },
             },
         },
@@ -356,7 +431,12 @@ def status(name: str | None = None) -> list[dict]:
                 "subnet": lab.subnet,
                 "inventory": str(lab.inventory),
                 "nodes": [
-                    {"name": n.name, "ip": n.ip, "state": states.get(n.container_id, "missing")}
+                    {
+                        "name": n.name,
+                        "ip": n.ip,
+                        "os": n.os,
+                        "state": states.get(n.container_id, "missing"),
+                    }
                     for n in lab.nodes
                 ],
             }

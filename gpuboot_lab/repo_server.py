@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from gpuboot import paths
 from gpuboot_lab.repo import RepoInfo, build_repo
+from gpuboot_lab.rpmrepo import RpmRepoInfo, build_rpm_repo
+
+
+def _gnupghome():
+    gnupghome = paths.home() / "gnupg"
+    gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return gnupghome
 
 
 def ensure_repo() -> RepoInfo:
-    home = paths.home()
-    gnupghome = home / "gnupg"
-    gnupghome.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return build_repo(home / "repo", gnupghome)
+    return build_repo(paths.home() / "repo", _gnupghome())
+
+
+def ensure_rpm_repo() -> RpmRepoInfo:
+    """The EL repositories, under the apt repository's root so the same server serves them
+    (http://<repo>/rpm/...), signed with the same lab key."""
+    return build_rpm_repo(paths.home() / "repo" / "rpm", _gnupghome())
