@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -94,8 +94,8 @@ class NodeHistory:
         return {"time": self.last["time"], "failing": self.known} if self.last else None
 
 
-def _fold(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, NodeHistory]:
-    out: dict[str, NodeHistory] = {}
+def _records(data: bytes, name: Path, warn: Callable[[str], None]) -> Iterator[dict[str, Any]]:
+    """Every well-formed record of a history file's bytes, in file order."""
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
@@ -110,6 +110,12 @@ def _fold(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, Nod
         if problem := _problem(rec):
             warn(f"{name}:{number}: warning: the record {problem}; line skipped")
             continue
+        yield rec
+
+
+def _fold(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, NodeHistory]:
+    out: dict[str, NodeHistory] = {}
+    for rec in _records(data, name, warn):
         out.setdefault(rec["host"], NodeHistory()).add(rec)
     return out
 
@@ -118,17 +124,13 @@ def _latest(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, d
     return {h: n.last for h, n in _fold(data, name, warn).items() if n.last}
 
 
-def read_history(
-    history: Path, *, warn: Callable[[str], None] = lambda _m: None
-) -> dict[str, NodeHistory]:
-    """host -> its folded history (bad lines skipped with a warning, as last_records)."""
+def _read(history: Path) -> bytes | None:
     if not history.is_file():
-        return {}
+        return None
     try:
-        data = history.read_bytes()
+        return history.read_bytes()
     except OSError as exc:
         raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
-    return _fold(data, history, warn)
 
 
 def last_records(
@@ -137,13 +139,24 @@ def last_records(
     """host -> its most recent scan record. A line that is not a whole, well-formed record
     (a torn line from a killed scan, a hand edit, another encoding) is skipped with a
     warning naming the file and line: one bad line never breaks the scans after it."""
-    if not history.is_file():
-        return {}
-    try:
-        data = history.read_bytes()
-    except OSError as exc:
-        raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
-    return _latest(data, history, warn)
+    data = _read(history)
+    return _latest(data, history, warn) if data is not None else {}
+
+
+def read_history(
+    history: Path, *, warn: Callable[[str], None] = lambda _m: None
+) -> dict[str, NodeHistory]:
+    """host -> its folded history (bad lines skipped with a warning, as last_records)."""
+    data = _read(history)
+    return _fold(data, history, warn) if data is not None else {}
+
+
+def history_records(
+    history: Path, *, warn: Callable[[str], None] = lambda _m: None
+) -> list[dict[str, Any]]:
+    """Every well-formed record, in file order (the trend page's input)."""
+    data = _read(history)
+    return list(_records(data, history, warn)) if data is not None else []
 
 
 def drift(now: dict[str, str], before: dict[str, Any] | None) -> dict[str, Any]:
@@ -224,12 +237,13 @@ def drift_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _figures(node: dict[str, Any]) -> dict[str, list[Any]]:
-    """figure -> [median, unit] of what the scan measured (the trend page reads them)."""
+    """figure -> [median, unit, fail_below] of what the scan measured (the trend page,
+    gpuboot/report/trend.py, reads them)."""
     out: dict[str, list[Any]] = {}
     for m in node.get("measurements") or []:
         value = m.get("value")
         if isinstance(value, int | float) and not isinstance(value, bool):
-            out.setdefault(str(m.get("name")), [value, m.get("unit")])
+            out.setdefault(str(m.get("name")), [value, m.get("unit"), m.get("fail_below")])
     return out
 
 
