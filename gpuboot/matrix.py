@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from gpuboot.errors import ConfigError
+from gpuboot.errors import BadInput, ConfigError
 
 
 def _component_row(name: str, comp: Any, os_family: str) -> dict[str, Any]:
@@ -51,11 +52,81 @@ def show(name: str, os_family: str = "debian") -> dict[str, Any]:
     }
 
 
+def _fault(exc: ConfigError) -> dict[str, Any]:
+    return {
+        "rule": "schema",
+        "where": exc.where or "",
+        "message": exc.message,
+        "fix": exc.hint or "",
+        "source": "stack schema (README.md, 'Version stacks')",
+        "profiles": [],
+    }
+
+
+def schema_faults(name: str) -> list[ConfigError]:
+    """Every top-level section's first schema fault (the reader stops at one): the file is
+    read again with each faulty section replaced by a shipped stack's (known good) one, so
+    the faults of the other sections still show. Sections are read independently."""
+    import yaml
+
+    from gpuboot.stacks import STACK_DIR, list_stacks, load_stack
+    from gpuboot.stacks.model import parse_stack
+
+    try:
+        load_stack(name)
+        return []
+    except ConfigError as exc:
+        faults = [exc]
+    path = Path(name) if "/" in name or name.endswith((".yaml", ".yml")) else None
+    if path is None:  # a shipped stack that does not read: nothing more to learn
+        return faults
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        template = yaml.safe_load((STACK_DIR / f"{list_stacks()[0]}.yaml").read_text())
+    except (OSError, yaml.YAMLError):  # the first fault already says so
+        return faults
+    label = (faults[0].where or "").split(": ", 1)[0]
+    patched: set[str] = set()
+    while isinstance(data, dict):
+        where = faults[-1].where or ""
+        if not where.startswith(f"{label}: "):
+            break
+        section = where[len(label) + 2 :].split(".", 1)[0].split("[", 1)[0]
+        if section in patched:  # the template's own section does not read here
+            break
+        patched.add(section)
+        if section == "name":
+            data["name"] = path.stem
+        elif section in template:
+            data[section] = template[section]
+        else:  # an unknown top-level key
+            data.pop(section, None)
+        try:
+            parse_stack(data, path, label)
+            break
+        except ConfigError as exc:
+            faults.append(exc)
+    return faults
+
+
 def check(name: str, profiles: list[str] | None = None) -> dict[str, Any]:
-    """Every violation of the stack, against each profile it names (or the ones given)."""
+    """Every violation of the stack, against each profile it names (or the ones given).
+    A stack file that does not read lists every section's schema fault instead (the
+    compatibility rules need a whole stack)."""
     from gpuboot.profiles import load_profile
     from gpuboot.stacks import check_stack, load_stack
 
+    faults = schema_faults(name)
+    if faults:
+        for p in profiles or []:
+            load_profile(p)  # an unknown --profile is still bad input of its own
+        return {
+            "stack": Path(name).stem,
+            "file": name,
+            "profiles": profiles or [],
+            "violations": [_fault(f) for f in faults],
+            "rules_checked": False,
+        }
     stack = load_stack(name)
     targets = profiles or list(stack.profiles) or [None]
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -76,10 +147,39 @@ def check(name: str, profiles: list[str] | None = None) -> dict[str, Any]:
             if profile_name:
                 entry["profiles"].append(profile_name)
     violations = list(found.values())
-    return {"stack": stack.name, "file": stack.label, "profiles": targets, "violations": violations}
+    return {
+        "stack": stack.name,
+        "file": stack.label,
+        "profiles": targets,
+        "violations": violations,
+        "rules_checked": True,
+    }
 
 
-def mirror(name: str, os_family: str) -> dict[str, Any]:
+def _extra_pins(extra: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    pins = []
+    for item in extra:
+        pkg, sep, version = item.partition("=")
+        if not (pkg and sep and version):
+            raise BadInput(
+                f"--probe-tools {item!r} is not NAME=VERSION",
+                where="gpuboot mirror --probe-tools",
+                hint="the site's probe-tools package as the inventory pins it "
+                "(gpuboot_probe_tools_packages), e.g. site-gpu-probes=1.4-1",
+            )
+        pins.append((pkg, version))
+    return pins
+
+
+def mirror(
+    name: str,
+    os_family: str,
+    repos: list[str] | tuple[str, ...] = (),
+    extra: list[str] | tuple[str, ...] = (),
+    arch: str = "amd64",
+) -> dict[str, Any]:
+    """What an offline mirror must hold: the pinned packages (and ``extra`` NAME=VERSION),
+    with ``repos`` their whole dependency closure from those indexes (gpuboot.mirror)."""
     from gpuboot.stacks import OS_FAMILIES, load_stack, mirror_packages
 
     if os_family not in OS_FAMILIES:
@@ -89,8 +189,29 @@ def mirror(name: str, os_family: str) -> dict[str, Any]:
             hint=f"use one of: {', '.join(OS_FAMILIES)}",
         )
     stack = load_stack(name)
+    pins = list(dict.fromkeys(mirror_packages(stack, os_family) + _extra_pins(extra)))
+    doc: dict[str, Any] = {"stack": stack.name, "os_family": os_family}
+    if not repos:
+        return {
+            **doc,
+            "scope": "top-level",
+            "packages": [{"name": n, "version": v, "pinned": True} for n, v in pins],
+        }
+    if os_family != "debian":
+        raise BadInput(
+            "--repo reads apt Packages indexes only; a dnf repository's closure "
+            "(repodata primary.xml) is not computed yet",
+            where="gpuboot mirror --repo",
+            hint="drop --repo for the top-level list, or use --os-family debian",
+        )
+    from gpuboot import mirror as closure_mod
+
+    found = closure_mod.closure(closure_mod.load(list(repos), arch), pins)
     return {
-        "stack": stack.name,
-        "os_family": os_family,
-        "packages": [{"name": n, "version": v} for n, v in mirror_packages(stack, os_family)],
+        **doc,
+        "scope": "closure",
+        "architecture": arch,
+        "repositories": list(repos),
+        "packages": found.to_packages(),
+        "unsatisfied": found.unsatisfied,
     }

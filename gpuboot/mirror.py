@@ -1,0 +1,365 @@
+"""`gpuboot mirror --repo`: the dependency closure an offline mirror must hold, computed
+from the mirror's own apt metadata (its ``Packages`` index), not from a guess.
+
+Every package the stack pins (and the site's probe-tools package) is looked up at its
+exact version; then each ``Depends`` and ``Pre-Depends`` is resolved as apt would:
+an alternative (``a | b``) already in the closure wins, else the first one the index can
+satisfy; a versioned constraint (``<<``, ``<=``, ``=``, ``>=``, ``>>``) picks the
+highest version that meets it; a name no package carries is a virtual package, met by
+a ``Provides`` (versioned provides for versioned constraints). What the index cannot
+satisfy is listed with the package that needs it. Recommends and Suggests are left out
+(the roles install with apt's --no-install-recommends semantics only where asked).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuboot.errors import BadInput
+from gpuboot.stacks.versions import dpkg_compare
+
+# An index bigger than this is not a Packages file (Debian's whole main is ~50 MB).
+MAX_INDEX_BYTES = 512 * 1024 * 1024
+FETCH_TIMEOUT_S = 60
+_INDEX_NAMES = ("Packages", "Packages.gz", "Packages.xz", "Packages.bz2")
+_OPS = ("<<", "<=", ">=", ">>", "=", "<", ">")  # two-character ones first
+_REPO_HINT = (
+    "give an apt Packages index (Packages, .gz, .xz, .bz2), a directory that holds one, "
+    "or its http(s):// URL, e.g. --repo https://mirror/cuda/ubuntu2204/x86_64/"
+)
+
+
+@dataclass(frozen=True)
+class Rel:
+    """One alternative of a relation: ``name (op version)``."""
+
+    name: str
+    op: str | None = None
+    version: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.op} {self.version})" if self.op else self.name
+
+    def allows(self, version: str | None) -> bool:
+        if self.op is None:
+            return True
+        if version is None:  # an unversioned Provides meets no versioned constraint
+            return False
+        order = dpkg_compare(version, str(self.version))
+        op = {"<": "<=", ">": ">="}.get(self.op, self.op)  # obsolete spellings
+        return {
+            "<<": order < 0,
+            "<=": order <= 0,
+            "=": order == 0,
+            ">=": order >= 0,
+            ">>": order > 0,
+        }[op]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    version: str
+    arch: str
+    depends: tuple[tuple[Rel, ...], ...]  # Pre-Depends and Depends: groups of alternatives
+    provides: tuple[Rel, ...]  # op "=" when versioned
+    repository: str
+
+    def pin(self) -> str:
+        return f"{self.name}={self.version}"
+
+
+def _rel(text: str, where: str) -> Rel:
+    text = text.strip()
+    name, _, rest = text.partition("(")
+    name = name.strip().split(":", 1)[0]  # multi-arch qualifiers (:any, :native)
+    name = name.split("[", 1)[0].strip()  # architecture restrictions (source stanzas)
+    if not name:
+        raise BadInput(f"malformed relation {text!r}", where=where, hint=_REPO_HINT)
+    if not rest:
+        return Rel(name)
+    constraint = rest.rstrip(") \t")
+    for op in _OPS:
+        if constraint.startswith(op):
+            version = constraint[len(op) :].strip()
+            if version:
+                return Rel(name, op, version)
+    raise BadInput(f"malformed version constraint in {text!r}", where=where, hint=_REPO_HINT)
+
+
+def parse_relations(text: str, where: str = "Depends") -> tuple[tuple[Rel, ...], ...]:
+    """``a (>= 1) | b, c`` -> ((a>=1, b), (c,))."""
+    groups = []
+    for group in text.split(","):
+        if group.strip():
+            groups.append(tuple(_rel(alt, where) for alt in group.split("|")))
+    return tuple(groups)
+
+
+def _paragraphs(text: str):
+    fields: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                yield fields
+            fields, key = {}, None
+        elif line[0] in " \t":
+            if key is not None:  # a continuation line
+                fields[key] += " " + line.strip()
+        else:
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            fields[key] = value.strip()
+    if fields:
+        yield fields
+
+
+def parse_packages(text: str, repository: str) -> list[Entry]:
+    """The entries of an apt ``Packages`` index (deb822 paragraphs)."""
+    entries = []
+    for n, fields in enumerate(_paragraphs(text), 1):
+        if "package" not in fields or "version" not in fields:
+            raise BadInput(
+                f"paragraph {n} has no Package or Version field: not a Packages index",
+                where=repository,
+                hint=_REPO_HINT,
+            )
+        where = f"{repository}: {fields['package']}"
+        depends = parse_relations(fields.get("pre-depends", ""), where) + parse_relations(
+            fields.get("depends", ""), where
+        )
+        provides = tuple(
+            alt for group in parse_relations(fields.get("provides", ""), where) for alt in group
+        )
+        entries.append(
+            Entry(
+                name=fields["package"],
+                version=fields["version"],
+                arch=fields.get("architecture", "all"),
+                depends=depends,
+                provides=provides,
+                repository=repository,
+            )
+        )
+    return entries
+
+
+def _decompress(data: bytes, where: str) -> str:
+    try:
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        elif data[:6] == b"\xfd7zXZ\x00":
+            data = lzma.decompress(data)
+        elif data[:3] == b"BZh":
+            data = bz2.decompress(data)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise BadInput(f"cannot decompress the index: {exc}", where=where, hint=_REPO_HINT) from exc
+    if len(data) > MAX_INDEX_BYTES:
+        raise BadInput("the index is too large to be a Packages file", where=where, hint=_REPO_HINT)
+    return data.decode("utf-8", errors="replace")
+
+
+def _fetch(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:  # the operator's URL
+            data = resp.read(MAX_INDEX_BYTES + 1)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise BadInput(f"cannot fetch the index: {exc}", where=url, hint=_REPO_HINT) from exc
+    return data
+
+
+def read_index(source: str) -> str:
+    """The text of the Packages index ``source`` names (path, directory or URL)."""
+    if "://" in source:
+        if source.endswith("/"):
+            errors = []
+            for name in ("Packages.gz", "Packages.xz", "Packages"):
+                try:
+                    return _decompress(_fetch(source + name), source + name)
+                except BadInput as exc:
+                    errors.append(exc.message)
+            raise BadInput(
+                f"no Packages index under this URL ({'; '.join(errors)})",
+                where=source,
+                hint=_REPO_HINT,
+            )
+        return _decompress(_fetch(source), source)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        found = [path / n for n in _INDEX_NAMES if (path / n).is_file()]
+        if not found:
+            raise BadInput(
+                f"no {' / '.join(_INDEX_NAMES)} in this directory", where=source, hint=_REPO_HINT
+            )
+        path = found[0]
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_INDEX_BYTES + 1)
+    except OSError as exc:
+        raise BadInput(
+            f"cannot read the index: {exc.strerror or exc}", where=source, hint=_REPO_HINT
+        ) from exc
+    return _decompress(data, source)
+
+
+class Index:
+    """The packages of one or more repositories, for one architecture (and ``all``)."""
+
+    def __init__(self, entries: list[Entry], arch: str = "amd64"):
+        self.by_name: dict[str, list[Entry]] = {}
+        self.providers: dict[str, list[tuple[Entry, Rel]]] = {}
+        for e in entries:
+            if e.arch not in (arch, "all"):
+                continue
+            self.by_name.setdefault(e.name, []).append(e)
+            for p in e.provides:
+                self.providers.setdefault(p.name, []).append((e, p))
+        for versions in self.by_name.values():  # highest first, as apt's candidate
+            versions.sort(key=_Key)
+
+    def exact(self, name: str, version: str) -> Entry | None:
+        return next((e for e in self.by_name.get(name, ()) if e.version == version), None)
+
+    def versions(self, name: str) -> list[str]:
+        return [e.version for e in self.by_name.get(name, ())]
+
+
+class _Key:
+    """Sort key: higher Debian version first."""
+
+    def __init__(self, entry: Entry):
+        self.v = entry.version
+
+    def __lt__(self, other: _Key) -> bool:
+        return dpkg_compare(self.v, other.v) > 0
+
+
+@dataclass
+class Closure:
+    chosen: dict[str, Entry]
+    pinned: list[str]
+    required_by: dict[str, list[str]]
+    via: dict[str, list[str]]  # package -> virtual names it was chosen for
+    unsatisfied: list[dict[str, Any]]
+
+    def to_packages(self) -> list[dict[str, Any]]:
+        names = self.pinned + sorted(n for n in self.chosen if n not in self.pinned)
+        return [
+            {
+                "name": n,
+                "version": self.chosen[n].version,
+                "pinned": n in self.pinned,
+                "required_by": self.required_by.get(n, []),
+                "provides_for": self.via.get(n, []),
+                "repository": self.chosen[n].repository,
+            }
+            for n in names
+        ]
+
+
+def _held(index: Index, chosen: dict[str, Entry], rel: Rel) -> Entry | None:
+    """The entry of the closure that meets ``rel`` (itself or through a Provides)."""
+    own = chosen.get(rel.name)
+    if own is not None and rel.allows(own.version):
+        return own
+    for e, p in index.providers.get(rel.name, ()):
+        if chosen.get(e.name) is e and rel.allows(p.version):
+            return e
+    return None
+
+
+def _pick(index: Index, rel: Rel, chosen: dict[str, Entry]) -> tuple[Entry | None, str]:
+    """(the entry that meets ``rel``, why none does)."""
+    real = index.by_name.get(rel.name, [])
+    if real:
+        if rel.name in chosen:  # one version per package: the closure's does not fit
+            return None, f"the closure holds {chosen[rel.name].pin()}"
+        for e in real:
+            if rel.allows(e.version):
+                return e, ""
+        return None, f"the mirror has {rel.name} {', '.join(e.version for e in real)} only"
+    offers = [
+        e
+        for e, p in index.providers.get(rel.name, [])
+        if rel.allows(p.version) and (e.name not in chosen or chosen[e.name] is e)
+    ]
+    if offers:  # a virtual package: the first provider by name, its highest version
+        return sorted(offers, key=lambda e: (e.name, _Key(e)))[0], ""
+    return None, f"no package {rel.name} in the mirror" + (
+        " (nor a matching Provides)" if rel.name in index.providers else ""
+    )
+
+
+def closure(index: Index, roots: list[tuple[str, str]]) -> Closure:
+    """Every package ``roots`` (name, exact version) need, from ``index`` alone."""
+    out = Closure({}, [], {}, {}, [])
+    queue: deque[Entry] = deque()
+    for name, version in roots:
+        entry = index.exact(name, version)
+        if entry is None:
+            have = index.versions(name)
+            out.unsatisfied.append(
+                {
+                    "package": name,
+                    "version": version,
+                    "needs": f"{name} (= {version})",
+                    "reason": f"the mirror has {name} {', '.join(have)} only"
+                    if have
+                    else f"no package {name} in the mirror",
+                }
+            )
+            continue
+        if name not in out.chosen:
+            out.chosen[name] = entry
+            out.pinned.append(name)
+            queue.append(entry)
+    while queue:
+        entry = queue.popleft()
+        for group in entry.depends:
+            have = next((h for rel in group if (h := _held(index, out.chosen, rel))), None)
+            if have is not None:  # an alternative the closure already holds wins
+                _need(out, have.name, entry.name)
+                continue
+            reasons = []
+            for rel in group:
+                pick, why = _pick(index, rel, out.chosen)
+                if pick is not None:
+                    out.chosen[pick.name] = pick
+                    if pick.name != rel.name:
+                        out.via.setdefault(pick.name, []).append(rel.name)
+                    _need(out, pick.name, entry.name)
+                    queue.append(pick)
+                    break
+                reasons.append(why)
+            else:
+                out.unsatisfied.append(
+                    {
+                        "package": entry.name,
+                        "version": entry.version,
+                        "needs": " | ".join(str(r) for r in group),
+                        "reason": "; ".join(reasons),
+                    }
+                )
+    return out
+
+
+def _need(out: Closure, name: str, by: str) -> None:
+    needed = out.required_by.setdefault(name, [])
+    if by not in needed and by != name:
+        needed.append(by)
+
+
+def load(sources: list[str], arch: str = "amd64") -> Index:
+    entries: list[Entry] = []
+    for source in sources:
+        entries.extend(parse_packages(read_index(source), source))
+    return Index(entries, arch)
