@@ -188,34 +188,10 @@ def cmd_matrix(args) -> Outcome:
 
 def cmd_plan(args) -> Outcome:
     from gpuboot import plan
-    from gpuboot.ui import table
 
     doc = plan.plan(args.inventory, limit=args.limit)
-    parts = []
-    for node in doc["nodes"]:
-        if "error" in node:
-            parts.append(f"{node['host']}: ERROR {node['error']}")
-            continue
-        head = (
-            f"{node['host']} ({node['stack'] or 'driver pin'}): {node['changes']} change(s)"
-            + (", reboot needed" if node["reboot"] else "")
-            + (f", restarts {', '.join(node['restarts'])}" if node["restarts"] else "")
-        )
-        rows = [
-            (
-                i["package"],
-                i["current"] or "-",
-                i["desired"],
-                i["action"],
-                "yes" if i["reboot"] else "",
-            )
-            for i in node["items"]
-        ]
-        parts.append(
-            head + "\n" + table(("package", "current", "desired", "action", "reboot"), rows)
-        )
     failed = any("error" in n for n in doc["nodes"])
-    return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, "\n\n".join(parts))
+    return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, plan.render(doc))
 
 
 def cmd_mirror(args) -> Outcome:

@@ -1,4 +1,5 @@
-"""`gpuboot plan`: what each node has now against what its stack wants (read-only).
+"""`gpuboot plan`: what each node has now against what its stack wants (read-only),
+and the nodes grouped by identical change set.
 
 One SSH round trip per node (`dpkg-query -W`), all nodes in parallel; nothing is
 changed on any node. A node that cannot be reached is reported as such (with what ssh
@@ -13,6 +14,7 @@ from typing import Any
 from gpuboot import paths
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
+from gpuboot.hostnames import compact, natural, natural_key
 from gpuboot.inventory import load_inventory, select_hosts
 from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
@@ -115,4 +117,94 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         nodes = list(pool.map(one, hosts))
-    return {"inventory": str(inv.path), "nodes": sorted(nodes, key=lambda n: n["host"])}
+    nodes.sort(key=lambda n: natural_key(n["host"]))
+    return {"inventory": str(inv.path), "nodes": nodes, "groups": group(nodes)}
+
+
+_CHANGE_KEYS = ("package", "current", "desired", "action", "reboot", "restarts", "replaces")
+
+
+def group(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes with the same change set (same stack, same packages from the same versions
+    to the same versions), or the same error, as one group: at 300 nodes a plan is a few
+    tables, not 300 identical ones. Failures first, then changes, then nodes up to date;
+    within each, the larger group first."""
+    found: dict[Any, dict[str, Any]] = {}
+    for node in nodes:
+        if "error" in node:
+            key: Any = ("error", node["error"])
+            doc = {"error": node["error"]}
+        else:
+            changed = [i for i in node["items"] if i["action"] != "keep"]
+            key = (
+                "plan",
+                node["stack"],
+                len(node["items"]),
+                tuple(tuple(str(i.get(k)) for k in _CHANGE_KEYS) for i in changed),
+            )
+            doc = {
+                "stack": node["stack"],
+                "changes": node["changes"],
+                "pinned": len(node["items"]),
+                "reboot": node["reboot"],
+                "restarts": node["restarts"],
+                "items": changed,
+            }
+        found.setdefault(key, {"hosts": [], **doc})["hosts"].append(node["host"])
+    groups = list(found.values())
+    for g in groups:
+        g["hosts"] = natural(g["hosts"])
+        g["label"] = compact(g["hosts"])
+    groups.sort(
+        key=lambda g: (
+            0 if "error" in g else (1 if g["changes"] else 2),
+            -len(g["hosts"]),
+            natural_key(g["hosts"][0]),
+        )
+    )
+    return groups
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The plan for a terminal: one table per change set, naming its nodes compactly,
+    and a last line saying what was counted."""
+    from gpuboot.ui import table
+
+    parts = []
+    for g in doc["groups"]:
+        n = len(g["hosts"])
+        if "error" in g:
+            parts.append(f"{g['label']}{f' ({n} nodes)' if n > 1 else ''}: ERROR {g['error']}")
+            continue
+        count = f"{n} nodes, " if n > 1 else ""
+        who = f"{g['label']} ({count}{g['stack'] or 'driver pin'})"
+        if not g["changes"]:
+            parts.append(f"{who}: up to date ({g['pinned']} pinned packages at their versions)")
+            continue
+        head = (
+            f"{who}: {g['changes']} of {g['pinned']} pinned packages change"
+            + (", reboot needed" if g["reboot"] else "")
+            + (f", restarts {', '.join(g['restarts'])}" if g["restarts"] else "")
+        )
+        rows = [
+            (
+                i["package"],
+                i["current"] or "-",
+                i["desired"],
+                i["action"],
+                "yes" if i["reboot"] else "",
+            )
+            for i in g["items"]
+        ]
+        parts.append(
+            head + "\n" + table(("package", "current", "desired", "action", "reboot"), rows)
+        )
+    nodes = doc["nodes"]
+    failed = sum(1 for n in nodes if "error" in n)
+    changing = sum(1 for n in nodes if n.get("changes"))
+    sets = sum(1 for g in doc["groups"] if g.get("changes"))
+    parts.append(
+        f"{len(nodes)} node(s): {changing} with package changes ({sets} distinct change "
+        f"set(s)), {len(nodes) - changing - failed} up to date, {failed} not read"
+    )
+    return "\n\n".join(parts)
