@@ -96,8 +96,9 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
         "nvidia_driver_packages": _pin_strings(driver, os_family),
         "nvidia_peermem_enabled": stack.nvidia_peermem,
     }
-    if driver.module_stream:
-        out["nvidia_driver_module_stream"] = driver.module_stream
+    if os_family == "redhat":
+        # "" on EL10 (no modularity): the role then pins by versionlock alone
+        out["nvidia_driver_module_stream"] = driver.module_stream or ""
     for name, prefix in ROLE_VAR_PREFIXES.items():
         comp: Component = getattr(stack, name)
         if name in OPTIONAL_COMPONENTS:

@@ -25,10 +25,13 @@ description:
     (C(dnf versionlock add)): versionlock is EL's hold and pin in one.
 options:
   manager:
-    description: The node's package manager.
+    description:
+      - The node's package manager. C(auto) reads C(/etc/os-release) - dnf where C(ID) or
+        C(ID_LIKE) names rhel, centos or fedora, apt elsewhere - so one role serves both.
+      - I(pin_file) is read by apt only (dnf's pin is its versionlock entry).
     type: str
-    choices: [apt, dnf]
-    default: apt
+    choices: [auto, apt, dnf]
+    default: auto
   packages:
     description:
       - Pins as C(name=version), the full Debian version (epoch and revision), for apt;
@@ -345,6 +348,16 @@ class DnfBackend:
 BACKENDS = {"apt": AptBackend, "dnf": DnfBackend}
 
 
+def node_manager(path="/etc/os-release"):
+    """dnf on the RHEL family (RHEL, Rocky, Alma, CentOS, Fedora), apt elsewhere."""
+    words = set()
+    for line in read_file(path).splitlines():
+        key, _, value = line.partition("=")
+        if key in ("ID", "ID_LIKE"):
+            words.update(value.strip().strip("\"'").split())
+    return "dnf" if words & {"rhel", "centos", "fedora"} else "apt"
+
+
 def check_pins(pins, packages):
     names = [name for name, _ in pins]
     if len(set(names)) != len(names):
@@ -498,7 +511,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "packages": {"type": "list", "elements": "str", "default": []},
-            "manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
+            "manager": {"type": "str", "choices": ["auto", "apt", "dnf"], "default": "auto"},
             "pin_file": {"type": "path"},
             "module_stream": {"type": "str"},
             "owner": {"type": "str", "default": "gpuboot"},
@@ -509,7 +522,8 @@ def main():
         supports_check_mode=True,
     )
     try:
-        result = run(module, BACKENDS[module.params["manager"]](module))
+        manager = module.params["manager"]
+        result = run(module, BACKENDS[node_manager() if manager == "auto" else manager](module))
     except PinError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)
