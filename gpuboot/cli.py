@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 from gpuboot import __version__
 from gpuboot.errors import EXIT_BAD_INPUT, EXIT_NODE_FAILED, EXIT_OK, BadInput, GpubootError
@@ -197,10 +197,67 @@ def cmd_plan(args) -> Outcome:
 def cmd_mirror(args) -> Outcome:
     from gpuboot import matrix
 
-    doc = matrix.mirror(args.stack, args.os_family)
+    doc = matrix.mirror(
+        args.stack, args.os_family, args.repo or (), args.probe_tools or (), args.arch
+    )
     sep = "=" if args.os_family == "debian" else "-"
     text = "\n".join(f"{p['name']}{sep}{p['version']}" for p in doc["packages"])
-    return Outcome(EXIT_OK, doc, text)
+    if doc["scope"] == "top-level":
+        if not args.quiet:  # stderr: stdout stays one NAME=VERSION per line
+            _err("gpuboot: top-level packages only, not their dependencies: give --repo")
+        return Outcome(EXIT_OK, doc, text)
+    pinned = sum(p["pinned"] for p in doc["packages"])
+    text += (
+        f"\nclosure: {len(doc['packages'])} package(s), {pinned} pinned and "
+        f"{len(doc['packages']) - pinned} dependencies, from {', '.join(doc['repositories'])}"
+    )
+    for u in doc["unsatisfied"]:
+        text += f"\nUNSATISFIED {u['package']} {u['version']} needs {u['needs']}: {u['reason']}"
+    return Outcome(EXIT_NODE_FAILED if doc["unsatisfied"] else EXIT_OK, doc, text)
+
+
+def cmd_runs(args) -> Outcome:
+    from gpuboot import runs
+    from gpuboot.ui import table
+
+    if args.runs_action == "prune":
+        age = runs.parse_age(args.older_than) if args.older_than else None
+        doc = runs.prune(keep=args.keep, older_than=age, dry_run=args.dry_run)
+        verb = "would free" if args.dry_run else "freed"
+        done = "would remove" if args.dry_run else "removed"
+        lines = [f"{done} {r['id']}" for r in doc["removed"]]
+        lines += [f"kept {k['id']}: {k['why']}" for k in doc["kept"] if k["why"] == "in progress"]
+        lines.append(
+            f"{verb} {runs.human_size(doc['freed_bytes'])} in {len(doc['removed'])} run(s);"
+            f" {len(doc['kept'])} kept in {doc['root']}"
+        )
+        return Outcome(EXIT_OK, doc, "\n".join(lines))
+    found = runs.list_runs()
+    rows = [
+        (
+            r.id,
+            r.verb,
+            runs.human_size(r.size),
+            "in progress" if r.in_progress else ("newest" if r.newest else ""),
+        )
+        for r in found
+    ]
+    total = runs.human_size(sum(r.size for r in found))
+    text = table(("run", "verb", "size", "state"), rows) + f"\n{len(found)} run(s), {total}"
+    return Outcome(EXIT_OK, {"runs": [r.to_dict() for r in found]}, text)
+
+
+def cmd_help(args) -> Outcome:
+    from gpuboot.completion import help_text
+
+    text = help_text(args.root, args.words)
+    return Outcome(EXIT_OK, {"help": text}, text)
+
+
+def cmd_completion(args) -> Outcome:
+    from gpuboot.completion import SHELLS
+
+    return Outcome(EXIT_OK, {}, SHELLS[args.shell](args.root))
 
 
 # ---------------------------------------------------------------- certify / evaluate
@@ -596,8 +653,23 @@ def cmd_evaluate(args) -> Outcome:
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors through our boundary (exit 2, one line)."""
 
+    argv: ClassVar[list[str]] = []  # what the top parser was given: "did you mean" reads it
+
     def error(self, message: str):  # type: ignore[override]
-        raise BadInput(message, where=self.prog, hint=f"see `{self.prog} --help`")
+        from gpuboot.completion import did_you_mean
+
+        see = f"see `{self.prog} --help`"
+        guess = did_you_mean(self, message, _Parser.argv)
+        raise BadInput(message, where=self.prog, hint=f"{guess} {see}" if guess else see)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        from gpuboot.completion import chosen
+
+        _Parser.argv = list(sys.argv[1:] if args is None else args)
+        ns, extras = self.parse_known_args(_Parser.argv, namespace)
+        if extras:  # told by the verb's parser: its options are the ones to suggest
+            chosen(self, ns).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
 
 
 def _inventory_arg(value: str) -> str:
@@ -777,10 +849,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.set_defaults(func=cmd_plan)
 
-    mi = verbs.add_parser("mirror", parents=[common], help="packages an offline mirror needs")
+    mi = verbs.add_parser(
+        "mirror",
+        parents=[common],
+        help="packages an offline mirror needs (with --repo: their dependency closure)",
+        epilog="exit codes: 0 listed (closure complete), 1 a dependency the mirror cannot"
+        " satisfy, 2 bad input (stack, --repo unreadable)",
+    )
     mi.add_argument("--stack", required=True)
     mi.add_argument("--os-family", default="debian", choices=["debian", "redhat"])
+    mi.add_argument(
+        "--repo",
+        action="append",
+        metavar="INDEX",
+        help="the mirror's apt Packages index (file, directory or URL; repeatable): resolve "
+        "Depends/Pre-Depends from it (default: the pinned packages only)",
+    )
+    mi.add_argument(
+        "--probe-tools",
+        action="append",
+        metavar="NAME=VERSION",
+        help="the site's probe-tools package (gpuboot_probe_tools_packages), repeatable",
+    )
+    mi.add_argument("--arch", default="amd64", help="architecture of the index (default amd64)")
     mi.set_defaults(func=cmd_mirror)
+
+    rn = verbs.add_parser(
+        "runs",
+        parents=[common],
+        help="kept run directories: list, prune",
+        epilog="exit codes: 0 done, 2 bad input",
+    )
+    rn_actions = rn.add_subparsers(dest="runs_action", parser_class=_Parser)
+    rn_actions.add_parser("list", parents=[common], help="every kept run, oldest first")
+    rnp = rn_actions.add_parser(
+        "prune",
+        parents=[common],
+        help="remove old runs (never the newest of a verb, never one in progress)",
+    )
+    rnp_how = rnp.add_mutually_exclusive_group(required=True)
+    rnp_how.add_argument("--keep", type=int, metavar="N", help="keep the N newest runs per verb")
+    rnp_how.add_argument("--older-than", metavar="AGE", help="remove runs older than AGE: 14d, 12h")
+    rnp.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    rn.set_defaults(func=cmd_runs, runs_action="list")
+
+    hp = verbs.add_parser("help", parents=[common], help="help on gpuboot or one of its commands")
+    hp.add_argument("words", nargs="*", metavar="COMMAND", help="e.g. install, or runs prune")
+    hp.set_defaults(func=cmd_help, root=p)
+
+    cp = verbs.add_parser(
+        "completion", help="shell completion, generated from this parser: source <(...)"
+    )
+    cp.add_argument("shell", choices=["bash", "zsh"])
+    cp.set_defaults(func=cmd_completion, root=p)
 
     ev = verbs.add_parser(
         "evaluate", parents=[common], help="re-evaluate an evidence bundle offline"
@@ -831,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
         exc = caught if isinstance(caught, GpubootError) else _os_error(caught)
         _err(f"gpuboot: error: {exc}")
         if want_json:
-            print(
+            _stdout(
                 json.dumps(
                     {
                         "error": {
@@ -853,19 +974,25 @@ def main(argv: list[str] | None = None) -> int:
         _err(traceback.format_exc())
         _err(f"gpuboot: internal error: {exc!r} -- please report this with the trace above")
         if want_json:
-            print(json.dumps({"error": {"message": f"internal error: {exc!r}", "exit_code": 3}}))
+            _stdout(json.dumps({"error": {"message": f"internal error: {exc!r}", "exit_code": 3}}))
         return 3
-    try:
-        if want_json:
-            print(json.dumps(outcome.doc, indent=2, default=str))
-        elif outcome.text:
-            from gpuboot.ui import printable
+    if want_json:
+        _stdout(json.dumps(outcome.doc, indent=2, default=str))
+    elif outcome.text:
+        from gpuboot.ui import printable
 
-            sys.stdout.write(printable(outcome.text) + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader left (`| head`): it had what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        _stdout(printable(outcome.text))
     return outcome.code
+
+
+def _stdout(text: str) -> None:
+    """One document or text on stdout; a reader that left (`| head`) had what it wanted:
+    no BrokenPipe traceback, on the error path too, and none at interpreter exit."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def entry() -> None:
