@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_choices_of_options_and_positionals_complete(script):
 
 
 def test_every_verb_and_option_of_the_parser_is_in_the_script(script):
-    text = open(script).read()
+    text = Path(script).read_text()
     parser = cli.build_parser()
     for name, sub in _subparsers(parser).choices.items():
         assert f"/{name}" in text, name
