@@ -16,11 +16,36 @@ from gpuboot.bundle_meta import node_meta
 from gpuboot.collect import Evidence, NodeAnswerRejected, Probe, script, state_probes, unpack
 from gpuboot.errors import GpubootError
 from gpuboot.escalation import BOOT_ID_FILE
+from gpuboot.evidence import packages
 from gpuboot.inventory import with_derived
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
 from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
+
+# What a node's package manager answers: dpkg/apt on Debian (gpuboot.collect.PROBES), on
+# RHEL/Rocky/Alma (gpuboot_os_family redhat) rpm, versionlock, the enabled module streams
+# and the dnf-automatic timers instead, in the same round trip.
+DEBIAN_PACKAGE_FILES = (
+    "dpkg-query_-W.txt",
+    "apt-mark_showhold.txt",
+    "apt-config_dump_Unattended-Upgrade.txt",
+)
+EL_PACKAGE_PROBES = (
+    Probe("rpm_-qa.txt", packages.RPM_QUERY),
+    Probe("dnf_versionlock_list.txt", packages.DNF_VERSIONLOCK_LIST),
+    Probe("dnf_module_list_--enabled.txt", packages.DNF_MODULE_LIST),
+    Probe("systemctl_show_dnf-automatic.txt", packages.DNF_AUTOMATIC_SHOW),
+)
+
+
+def package_probes(probes: Sequence[Probe], hostvars: dict[str, Any]) -> tuple[Probe, ...]:
+    """``probes`` with the package manager's reads of the host's OS family."""
+    if hostvars.get("gpuboot_os_family", "debian") != "redhat":
+        return tuple(probes)
+    kept = tuple(p for p in probes if p.file not in DEBIAN_PACKAGE_FILES)
+    return kept + EL_PACKAGE_PROBES
+
 
 # Beyond the probes' own `timeout`s: ssh set-up, the tar, a slow node. A tool stuck in
 # the kernel (D state) outlives `timeout` on the node, and a hostile node may simply never
@@ -82,7 +107,7 @@ def collect_node(
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
     level = resolve_level(hostvars, level_override)
-    state = (*state_probes(profile, hostvars), boot_id_probe(hostvars))
+    state = (*package_probes(state_probes(profile, hostvars), hostvars), boot_id_probe(hostvars))
     bandwidth = node_probes(profile, hostvars, level) if profile else []
     started = time.time()
     deadline = collect_deadline(hostvars, (*state, *bandwidth))
