@@ -126,6 +126,14 @@ def cmd_install(args) -> Outcome:
         text += f"\nrollout stopped: {rollout.stopped}"
     if rollout.failed or rollout.pending:
         text += f"\nonce fixed: gpuboot install -i {args.inventory} --resume {result.run_id}"
+    if result.diff is not None:  # --diff: the differences per change set, then the table
+        from gpuboot import diffview
+
+        text = (
+            f"{diffview.render(result.diff, check=args.check)}\n\n{text}\n"
+            f"{diffview.summary(result.diff, check=args.check)}; "
+            f"whole diff: {result.run_dir / diffview.FILE_NAME}"
+        )
     code = EXIT_NODE_FAILED if rollout.failed or rollout.pending else EXIT_OK
     return Outcome(code, result.to_dict(), text)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpuboot import locks, paths
+from gpuboot import diffview, locks, paths
 from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
@@ -128,6 +128,7 @@ class InstallResult:
     resumed_from: str | None = None
     drained: dict[str, Any] = field(default_factory=dict)  # host -> DrainResult
     would_drain: list[str] = field(default_factory=list)  # --check: hosts whose stack changes
+    diff: list[dict[str, Any]] | None = None  # --diff: hosts grouped by change set (diffview)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +140,7 @@ class InstallResult:
             "resumed_from": self.resumed_from,
             "k8s_drain": [d.to_dict() for d in self.drained.values()],
             "would_drain": self.would_drain,
+            **({"diff": diffview.groups_doc(self.diff)} if self.diff is not None else {}),
         }
 
 
@@ -336,4 +338,8 @@ def _roll_out(
             f"gpuboot install -i {inv.path} --resume {run_id}"
         ) from None
     outcome.elapsed_s = time.monotonic() - started
+    if diff:  # what changed (--check: would), per change set; the whole in diff.txt
+        found = diffview.collect(run_dir)
+        outcome.diff = diffview.group(found, [h for h, r in results.items() if not r.pending])
+        diffview.write(run_dir, outcome.diff, check=check)
     return outcome
