@@ -35,7 +35,7 @@ def chosen(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.
 
 
 def close(word: str, candidates) -> list[str]:
-    return difflib.get_close_matches(word, sorted(set(candidates)), n=2, cutoff=0.6)
+    return difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
 
 
 def did_you_mean(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> str | None:
