@@ -146,3 +146,14 @@ def test_a_bad_threshold_is_refused_before_any_host(tmp_path, guard):
     )
     assert cli.main(["scan", "-q", "-i", str(inv), "--rma-after-reboots", "0"]) == 2
     assert guard == []
+
+
+def test_collection_records_the_boot_id_the_way_a_reboot_is_seen():
+    from gpuboot.node_collect import boot_id_probe
+
+    probe = boot_id_probe({})
+    assert probe.file == escalation.BOOT_ID_FILE
+    assert probe.command == "cat /proc/sys/kernel/random/boot_id"
+    # a lab container shares its host's boot_id: the lab names its own per-boot command
+    lab = boot_id_probe({"gpuboot_reboot_boot_time_command": "cut -d' ' -f22 /proc/1/stat"})
+    assert lab.command == "cut -d' ' -f22 /proc/1/stat"
