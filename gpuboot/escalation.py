@@ -16,6 +16,7 @@ did not say) counts no reboot: escalation never rests on a guess.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +108,19 @@ def observe(evidence: dict[str, Any]) -> Observation:
 
 
 def observe_bundle(host_dir: Path) -> Observation:
-    """:func:`observe` on a host directory of a bundle; nothing kept (unreachable node,
-    unsafe files) observes nothing."""
-    from gpuboot.collect import read_host_bundle
+    """:func:`observe` on a host directory of a bundle, reading only the files it needs
+    (never a link or a FIFO, within the caps); nothing kept (unreachable node, unsafe
+    files) observes nothing."""
+    from gpuboot.checks.smi import Q_FILE
+    from gpuboot.collect import META, host_bundle, read_file_capped
 
     try:
-        evidence, _meta = read_host_bundle(host_dir)
+        files = {
+            name: read_file_capped(host_dir / name)
+            for name in ("dmesg.txt", Q_FILE, BOOT_ID_FILE, META)
+            if os.path.lexists(host_dir / name)
+        }
+        evidence, _meta = host_bundle(files, str(host_dir))
     except GpubootError:
         return Observation()
     return observe(evidence)
