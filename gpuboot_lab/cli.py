@@ -30,9 +30,11 @@ def register(verbs: argparse._SubParsersAction, common: argparse.ArgumentParser)
         "a comma list (debian,el9) gives the nodes these OSes in turn",
     )
     up.set_defaults(func=cmd_lab_up)
-    lab_verbs.add_parser(
-        "image", parents=[common], help="build the node image (cached)"
-    ).set_defaults(func=cmd_lab_image)
+    image = lab_verbs.add_parser("image", parents=[common], help="build the node image (cached)")
+    image.add_argument(
+        "--os", default="debian", help="debian, el8, el9, el10 or a comma list (as lab up)"
+    )
+    image.set_defaults(func=cmd_lab_image)
     st = lab_verbs.add_parser("status", parents=[common], help="list labs and their nodes")
     st.add_argument("--name", default=None)
     st.set_defaults(func=cmd_lab_status)
@@ -86,13 +88,20 @@ def cmd_lab_up(args) -> Outcome:
 
 
 def cmd_lab_image(args) -> Outcome:
-    from gpuboot_lab.image import ensure_image, image_tag
+    from gpuboot_lab.image import ensure_el_image, ensure_image, image_tag
+    from gpuboot_lab.lab import parse_os
     from gpuboot_lab.podman import exists
 
+    oses = parse_os(args.os)
     if not exists("image", image_tag()):
         _progress(args)("building the lab node image from Debian's archive (about 90 s, once)")
-    tag = ensure_image()
-    return Outcome(EXIT_OK, {"image": tag}, f"lab node image: {tag}")
+    tags = {"debian": ensure_image()}
+    for os_name in oses:
+        if os_name != "debian":
+            tags[os_name] = ensure_el_image(os_name.removeprefix("el"))
+    shown = {o: tags[o] for o in oses}
+    text = "\n".join(f"lab node image ({o}): {t}" for o, t in shown.items())
+    return Outcome(EXIT_OK, {"image": shown[oses[0]], "images": shown}, text)
 
 
 def cmd_lab_status(args) -> Outcome:
