@@ -70,9 +70,9 @@ def _lab_missing(_args) -> Outcome:
 # ---------------------------------------------------------------- install
 def cmd_install(args) -> Outcome:
     from gpuboot import install
-    from gpuboot.ui import LiveHosts, table
+    from gpuboot.progress import live_install
+    from gpuboot.ui import host_table
 
-    live = LiveHosts(sys.stderr.write, sys.stderr.isatty()) if not args.quiet else None
     if args.drain_timeout <= 0:
         raise BadInput(
             f"--drain-timeout {args.drain_timeout:g} must be a positive number of seconds",
@@ -81,32 +81,29 @@ def cmd_install(args) -> Outcome:
     drain = None
     if args.kubeconfig:
         drain = install.Drain(args.kubeconfig, args.k8s_context, args.drain_timeout)
-    result = install.install(
-        args.inventory,
-        limit=args.limit,
-        tags=tuple(args.tags or ()),
-        forks=args.forks,
-        strategy=args.strategy,
-        check=args.check,
-        diff=args.diff,
-        serial=args.serial,
-        max_fail=args.max_fail,
-        resume=args.resume,
-        allow_reboot=args.allow_reboot,
-        full=args.full,
-        drain=drain,
-        on_update=live.update if live else None,
-        warn=lambda msg: _err(f"gpuboot: {msg}"),  # shown even with -q
-    )
+    with live_install(sys.stderr, quiet=args.quiet, verbose=args.verbose) as live:
+        result = install.install(
+            args.inventory,
+            limit=args.limit,
+            tags=tuple(args.tags or ()),
+            forks=args.forks,
+            strategy=args.strategy,
+            check=args.check,
+            diff=args.diff,
+            serial=args.serial,
+            max_fail=args.max_fail,
+            resume=args.resume,
+            allow_reboot=args.allow_reboot,
+            full=args.full,
+            drain=drain,
+            progress=live,
+            warn=lambda msg: _err(f"gpuboot: {msg}"),  # shown even with -q
+        )
     rollout = result.rollout
     if not result.hosts:
         text = f"nothing to resume: every host of run {result.resumed_from} converged"
         return Outcome(EXIT_OK, result.to_dict(), text)
-    rows = [
-        (h, r.status, r.ok, r.changed, r.failed, r.failed_task or "", r.reason or "")
-        for h, r in result.hosts.items()
-    ]
-    text = table(("host", "status", "ok", "changed", "failed", "failed task", "reason"), rows)
+    text = host_table(result.hosts)  # failures first, identical results folded
     batches = -(-len(rollout.hosts) // rollout.batch_size)
     text += (
         f"\n{len(result.hosts)} host(s) in {batches} batch(es), {result.elapsed_s:.1f}s;"
@@ -473,15 +470,17 @@ def _certify_inventory(args, inv) -> Outcome:
 
     from gpuboot import certify
     from gpuboot.ids import link_report
+    from gpuboot.progress import live_run
     from gpuboot.report import write_reports
 
-    report = certify.certify(
-        inv,
-        limit=args.limit,
-        bundle_root=args.bundle_dir,
-        progress=_progress(args),
-        probes=args.probes,
-    )
+    with live_run(sys.stderr, "certify", quiet=args.quiet) as progress:
+        report = certify.certify(
+            inv,
+            limit=args.limit,
+            bundle_root=args.bundle_dir,
+            progress=progress,
+            probes=args.probes,
+        )
     link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
     written = write_reports(
         report,
@@ -571,16 +570,18 @@ def _scan_inventory(args, inv) -> Outcome:
 
     from gpuboot import scan
     from gpuboot.ids import link_report
+    from gpuboot.progress import live_run
     from gpuboot.report import prometheus, trend, write_reports
 
-    report = scan.scan(
-        inv,
-        limit=args.limit,
-        probes=args.probes,
-        history=Path(args.history) if args.history else None,
-        progress=_progress(args),
-        rma_after_reboots=args.rma_after_reboots,
-    )
+    with live_run(sys.stderr, "scan", quiet=args.quiet) as progress:
+        report = scan.scan(
+            inv,
+            limit=args.limit,
+            probes=args.probes,
+            history=Path(args.history) if args.history else None,
+            progress=progress,
+            rma_after_reboots=args.rma_after_reboots,
+        )
     link_report(report)
     written = write_reports(
         report, Path(report["run_dir"]) / "reports", key_path=None, kind=prometheus.SCAN
@@ -712,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inst.add_argument("--tags", action="append", help="only tasks with this tag (repeatable)")
     inst.add_argument("--forks", type=int, default=10)
+    inst.add_argument(
+        "-v", "--verbose", action="store_true", help="stream each task's result per host on stderr"
+    )
     inst.add_argument(
         "--strategy",
         default="linear",

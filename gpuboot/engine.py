@@ -24,6 +24,7 @@ from gpuboot.collect import ProbeOutput, bundle_host_dir, write_host_bundle
 from gpuboot.errors import GpubootError, RunError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.node_collect import HostUnreachable, NodeEvidence, collect_node
+from gpuboot.progress import phases, sort_hosts
 from gpuboot.runner import failure_reason
 
 MAX_PARALLEL = 32
@@ -128,22 +129,31 @@ def _pair_runner(hosts: Mapping[str, Any]):
 
 
 def collect_nodes(
-    targets: Mapping[str, tuple[Any, dict[str, Any]]], level: str | None = None
+    targets: Mapping[str, tuple[Any, dict[str, Any]]],
+    level: str | None = None,
+    progress: Any = None,  # gpuboot.progress.RunProgress: told each node's start and end
 ) -> dict[str, Outcome]:
     """Every node's evidence (``targets``: name -> (transport host, variables)), one round
     trip per node in parallel, then the pair probes among the nodes that answered. A node's
     exception is kept as its outcome; KeyboardInterrupt ends the run."""
+    steps = phases(progress)
 
     def attempt(name: str) -> Outcome:
         host, hostvars = targets[name]
+        steps.started_host(name)
         try:
-            return collect_node(name, host, hostvars, level)
+            found = collect_node(name, host, hostvars, level)
         except Exception as exc:  # kept per host: one broken node never stops the others
+            steps.finished_host(name, f"not judged: {failure_reason(exc)}")
             return exc
+        steps.finished_host(name)
+        return found
 
     names = list(targets)
+    steps.phase("collecting evidence", names)
     store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
     ok = {n: e.entry() for n, e in store.items() if isinstance(e, NodeEvidence)}
+    steps.phase(f"pair probes among {len(ok)} node(s)")
     run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}))
     return store
 
@@ -208,12 +218,18 @@ def run(
         except Exception as exc:  # a transport that cannot be built: that node's ERROR
             failed[name] = exc
     try:
-        store = {**collect_nodes(targets, probes), **failed}
+        store = {**collect_nodes(targets, probes, progress), **failed}
     except KeyboardInterrupt:
         stopped = f"certify stopped before a verdict; its run dir: {run_dir}"
         raise KeyboardInterrupt(stopped) from None
     keep_bundle(bundle, store)
-    nodes = tuple(judge(name, store[name]) for name in sorted(store))
+    steps = phases(progress)
+    steps.phase("judging", list(store))
+    judged: list[NodeReport] = []
+    for name in sort_hosts(store):
+        judged.append(judge(name, store[name]))
+        steps.finished_host(name)
+    nodes = tuple(judged)
     if not nodes:
         raise RunError("nothing could be judged", where=str(run_dir), hint="read the run dir")
     write_manifest(bundle, run_id, [n.to_dict() for n in nodes])

@@ -199,6 +199,7 @@ def install(
     drain: Drain | None = None,
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
     warn: Callable[[str], None] = lambda _m: None,
+    progress: Any = None,  # gpuboot.progress.InstallProgress: told each batch and event
 ) -> InstallResult:
     """Converge the inventory batch by batch; stop once more hosts failed than the budget.
 
@@ -254,6 +255,7 @@ def install(
             drain=drain,
             on_update=on_update,
             resumed_from=resumed_from,
+            progress=progress,
         )
 
 
@@ -271,6 +273,7 @@ def _roll_out(
     drain: Drain | None,
     on_update: Callable[[dict[str, HostResult]], None] | None,
     resumed_from: str | None,
+    progress: Any = None,
 ) -> InstallResult:
     """The batches of a checked, locked install; rollout.json saved after each batch and
     when interrupted."""
@@ -320,7 +323,11 @@ def _roll_out(
                 if on_update is not None:
                     on_update({**results, **batch_hosts})
 
-            played = run(spec, show, into=(run_id, sub))
+            hooks = {}
+            if progress is not None:
+                progress.batch(number, -(-len(hosts) // size), batch, len(hosts))
+                hooks["on_event"] = progress.event
+            played = run(spec, show, into=(run_id, sub), **hooks)
             for host in batch:
                 result = played.hosts.get(host) or HostResult(
                     host=host, failed=1, reason="the play never reached this host"

@@ -117,11 +117,17 @@ def would_change(task: str, res: dict[str, Any]) -> bool:
 
 
 class EventFolder:
-    """Folds ansible-runner job events into per-host results as they arrive."""
+    """Folds ansible-runner job events into per-host results as they arrive; ``on_event``
+    (progress) sees each event once it is folded, with the hosts' results."""
 
-    def __init__(self, on_update: Callable[[dict[str, HostResult]], None] | None = None):
+    def __init__(
+        self,
+        on_update: Callable[[dict[str, HostResult]], None] | None = None,
+        on_event: Callable[[dict[str, Any], dict[str, HostResult]], None] | None = None,
+    ):
         self.hosts: dict[str, HostResult] = {}
         self.on_update = on_update
+        self.on_event = on_event
         self.stats_seen = False
         self.would_run: dict[str, int] = {}  # per host: commands check mode skipped
         self._would_run_items: set[tuple[str, str]] = set()  # (host, task) of loop items
@@ -137,9 +143,11 @@ class EventFolder:
             result = self._host(host)
             task = data.get("task", "")
             res = data.get("res", {}) or {}
-            if kind == "runner_on_start":
+            if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+                # the last task that ran: ansible announces a task (runner_on_start)
+                # before deciding to skip it
                 result.task = task
-            elif kind == "runner_on_ok":
+            if kind == "runner_on_ok":
                 result.ok += 1
                 if res.get("changed"):
                     result.changed += 1
@@ -167,6 +175,8 @@ class EventFolder:
         elif kind == "playbook_on_stats":
             self.stats_seen = True
             self._fold_stats(data)
+        if self.on_event is not None:
+            self.on_event(event, self.hosts)
         if self.on_update is not None and (host or kind == "playbook_on_stats"):
             self.on_update(self.hosts)
         return True  # returning False would drop the event from the artifacts (and the stats)
@@ -386,6 +396,7 @@ def run(
     spec: RunSpec,
     on_update: Callable[[dict[str, HostResult]], None] | None = None,
     into: tuple[str, Path] | None = None,  # (run id, run dir) made by the caller
+    on_event: Callable[[dict[str, Any], dict[str, HostResult]], None] | None = None,
 ) -> PlayResult:
     """Run one playbook; host failures are results, only a broken run raises."""
     import ansible_runner  # heavy: imported only when a play actually runs
@@ -398,7 +409,7 @@ def run(
         cmdline.append("--check")
     if spec.diff:
         cmdline.append("--diff")
-    folder = EventFolder(on_update)
+    folder = EventFolder(on_update, on_event)
     env = ansible_env(run_dir, spec.strategy)
     started = time.monotonic()
     with _cancel_on_signal() as cancelled:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Sequence
 
 STATUS_MARK = {
@@ -50,30 +49,72 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
-class LiveHosts:
-    """Per-host status lines: redrawn in place on a terminal, appended otherwise."""
+def host_ranges(hosts) -> str:
+    """Host names folded into ranges, in natural order: node1..node4, node7 and gpu-a3 read
+    ``node[1-4,7], gpu-a3`` (the hostlist notation of cluster tools)."""
+    from gpuboot.report._util import host_key  # the one natural order (node2 < node10)
 
-    def __init__(self, write, is_tty: bool):
-        self.write = write
-        self.is_tty = is_tty
-        self.drawn = 0
-        self.last: dict[str, tuple[str, str]] = {}
+    groups: dict[str, list[int]] = {}
+    for host in hosts:
+        found = _NUMBERED.fullmatch(str(host))
+        if found and not (len(found[2]) > 1 and found[2].startswith("0")):
+            groups.setdefault(found[1], []).append(int(found[2]))
+        else:
+            groups.setdefault(str(host), [])
+    parts = []
+    for prefix, numbers in groups.items():
+        if not numbers:
+            parts.append((prefix, prefix))
+            continue
+        numbers = sorted(set(numbers))
+        runs, start = [], numbers[0]
+        for prev, cur in zip(numbers, [*numbers[1:], None], strict=True):
+            if cur is None or cur != prev + 1:  # a run ends at prev
+                runs.append(str(start) if start == prev else f"{start}-{prev}")
+                start = cur
+        text = f"{prefix}{numbers[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(runs)}]"
+        parts.append((f"{prefix}{numbers[0]}", text))
+    return ", ".join(text for _, text in sorted(parts, key=lambda p: host_key(p[0])))
 
-    def _line(self, r) -> str:
-        counts = f"ok={r.ok} changed={r.changed} failed={r.failed}"
-        state = STATUS_MARK.get(r.status, r.status)
-        return f"{r.host:<14} {state:<11} {counts:<28} {r.reason or r.task}"
 
-    def update(self, hosts: dict) -> None:
-        if self.is_tty:
-            width = shutil.get_terminal_size((120, 20)).columns
-            lines = [clip(self._line(r), width - 1) for _, r in sorted(hosts.items())]
-            up = f"\x1b[{self.drawn}F" if self.drawn else ""
-            self.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
-            self.drawn = len(lines)
-            return
-        for name, r in sorted(hosts.items()):
-            key = (r.status, r.task if r.status in ("ok", "changed") else (r.reason or ""))
-            if self.last.get(name) != key:
-                self.last[name] = key
-                self.write(self._line(r) + "\n")
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+BROKEN = ("failed", "unreachable", "pending")
+
+
+def host_table(hosts: dict) -> str:
+    """install's final table: every host that failed, was unreachable or was never reached
+    first, one row each with its task and reason; then hosts with identical results folded
+    into one row ("8 hosts ... changed 31")."""
+    from gpuboot.report._util import host_key
+
+    names = sorted(hosts, key=host_key)
+    rows: list[tuple[object, ...]] = []
+    for h in names:
+        r = hosts[h]
+        if r.status in BROKEN:
+            rows.append(
+                (
+                    h,
+                    1,
+                    STATUS_MARK.get(r.status, r.status),
+                    r.ok,
+                    r.changed,
+                    r.failed,
+                    r.failed_task or "",
+                    r.reason or "",
+                )
+            )
+    same: dict[tuple, list[str]] = {}
+    for h in names:
+        r = hosts[h]
+        if r.status not in BROKEN:
+            same.setdefault((r.status, r.ok, r.changed, r.failed), []).append(h)
+    for (status, ok, changed, failed), group in same.items():
+        rows.append((host_ranges(group), len(group), status, ok, changed, failed, "", ""))
+    counts = {s: sum(1 for r in hosts.values() if r.status == s) for s in ("ok", "changed")}
+    counts.update({s: sum(1 for r in hosts.values() if r.status == s) for s in BROKEN})
+    summary = f"{len(hosts)} hosts: " + ", ".join(
+        f"{n} {s}" for s, n in counts.items() if n or s in ("ok", "changed")
+    )
+    headers = ("hosts", "n", "status", "ok", "changed", "failed", "failed task", "reason")
+    return table(headers, rows) + "\n" + summary
