@@ -50,16 +50,13 @@ _TOOLS_HINT = "install the rpm repository tools: apt-get install -y rpm createre
 # Each body runs in a subshell (its `exit 0` ends the body, not the scriptlet). rpm has
 # no purge: an erase removes config files, so postrm sees remove, then purge.
 SCRIPTLETS = {
-    "preinst": (
-        "pre",
-        ['if [ "$1" -gt 1 ]; then set -- upgrade previous; else set -- install; fi'],
-    ),
+    "preinst": ("pre", 'if [ "$1" -gt 1 ]; then set -- upgrade old; else set -- install; fi'),
     "postinst": (
         "post",
-        ['if [ "$1" -gt 1 ]; then set -- configure old; else set -- configure ""; fi'],
+        'if [ "$1" -gt 1 ]; then set -- configure old; else set -- configure ""; fi',
     ),
-    "prerm": ("preun", ['if [ "$1" -eq 0 ]; then set -- remove; else set -- upgrade next; fi']),
-    "postrm": ("postun", ['if [ "$1" -eq 0 ]; then set -- remove; else set -- upgrade next; fi']),
+    "prerm": ("preun", 'if [ "$1" -eq 0 ]; then set -- remove; else set -- upgrade new; fi'),
+    "postrm": ("postun", 'if [ "$1" -eq 0 ]; then set -- remove; else set -- upgrade new; fi'),
 }
 
 
@@ -105,7 +102,7 @@ def scriptlet(pkg: PackageVersion, cat: Catalogue, deb_name: str) -> tuple[str, 
         _esc(cat.rpm_script_prologue.rstrip("\n")),
         "RPM_COUNT=$1",
         "RPM_PACKAGE=%{name}",
-        *mapping,
+        mapping,
         f"(\n{body}\n)",
     ]
     if deb_name == "postrm":  # an erase: the same body again as purge

@@ -17,7 +17,8 @@ from gpuboot_lab import lab as labmod
 from gpuboot_lab import rpmrepo
 from gpuboot_lab.catalogue import load_catalogue
 from gpuboot_lab.repo import ensure_lab_key
-from tests.integration.conftest import ssh, ssh_ok
+
+from .conftest import ssh, ssh_ok
 
 pytestmark = pytest.mark.lab
 
