@@ -34,6 +34,10 @@ QUERY_FIELDS = (
 )
 PROBE_TIMEOUT_S = 120
 MIG_LGI_FILE = "nvidia-smi_mig_-lgi.txt"
+# The PCI bus's own count of the parts (PCI-002) and the GPU/NIC connection matrix
+LSPCI_GPU_FILE = "lspci_-n_-d_10de:.txt"
+LSPCI_NIC_FILE = "lspci_-n_-d_15b3:.txt"
+TOPO_FILE = "nvidia-smi_topo_-m.txt"
 
 # What a node may send back, and what evaluate reads from a bundle: a node (and a bundle
 # that left the controller) is less trusted than the controller, so its answer is data
@@ -116,7 +120,12 @@ def state_probes(
     if profile is None:
         return PROBES
     hw = profile["hardware"]
-    extra: list[Probe] = []
+    extra: list[Probe] = [
+        Probe(LSPCI_GPU_FILE, "lspci -n -d 10de:"),
+        Probe(TOPO_FILE, "nvidia-smi topo -m"),
+    ]
+    if hw["nics"]:
+        extra.append(Probe(LSPCI_NIC_FILE, "lspci -n -d 15b3:"))
     if (hostvars or {}).get("nvidia_mig_layout") is not None:
         # exits non-zero with "No MIG-enabled devices found." or "No GPU instances found":
         # facts MIG-001 judges, not probe failures

@@ -47,6 +47,7 @@ JUDGED_ONLY: dict[str, str] = {
     "XID-001": "Xids in the kernel log: the GPU's own faults",
     "XID-002": "NVSwitch SXids: the fabric's own faults",
     "PCI-001": "PCIe link generation and width: slot, riser, BIOS",
+    "PCI-002": "parts on the PCI bus and seen by their driver: hardware",
     "ECC-001": "ECC mode and uncorrectable errors: no role switches ECC (needs a GPU reset)",
     "ECC-002": "row remap or page retirement pending: a GPU reset",
     "ECC-003": "row remapping failure: RMA",

@@ -9,7 +9,7 @@ reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``R
 
 from __future__ import annotations
 
-from gpuboot.checks import bw_rules, fabric_rules, gpu_rules, stack_rules
+from gpuboot.checks import bw_rules, fabric_rules, gpu_rules, pci_rules, stack_rules
 from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public API)
     ERROR,
     FAIL,
@@ -216,6 +216,16 @@ RULES: tuple[Rule, ...] = (
         "reseat the GPU/riser, check the slot's BIOS link setting; RMA if lanes stay lost",
         gpu_rules.check_pcie_link,
         ("nvidia-smi_--query-gpu_--format=csv.csv", "nvidia-smi_-q.txt", "dmesg.txt"),
+    ),
+    Rule(
+        "PCI-002",
+        "every GPU, NVSwitch and ConnectX the profile counts on the PCI bus and seen by its driver",
+        FAIL,
+        "a part on the bus the driver does not see: read the kernel log (RmInitAdapter, mlx5) "
+        "and reset or reseat it; absent from the bus: reseat the board or riser, RMA if it "
+        "stays gone",
+        pci_rules.check_pci_devices,
+        ("lspci*", "nvidia-smi_--query-gpu_--format=csv.csv"),
     ),
     Rule(
         "ECC-001",

@@ -20,7 +20,7 @@ from _emu import GPUEMU, Daemon, EmuNode, make_node
 
 TOOLS = (
     "nvidia-smi", "dmesg", "lsmod", "ibstat", "mlnx_qos", "ib_write_bw", "nvbandwidth",
-    "all_reduce_perf", "dcgmi",
+    "all_reduce_perf", "dcgmi", "lspci",
 )  # fmt: skip
 STACK_VARS = {
     "nvidia_driver_branch": "550",

@@ -61,7 +61,7 @@ def test_healthy_node_passes_every_rule_with_quick_probes(node, tmp_path):
         ("thermal-throttle 0", {"THR-001": "WARN"}),
         ("nic-down mlx5_1", {"NIC-001": "FAIL"}),
         ("qos-drift mlx5_0", {"NIC-002": "FAIL"}),
-        ("gpu-missing 3", {"GPU-001": "FAIL"}),
+        ("gpu-missing 3", {"GPU-001": "FAIL", "PCI-002": "FAIL"}),  # off the bus too
         ("driver-mismatch 550.40.07", {"STK-001": "FAIL", "GPU-001": "FAIL", "GPU-002": "FAIL"}),
     ],
 )
@@ -99,7 +99,14 @@ def test_bandwidth_faults_fail_their_figures(node, tmp_path):
 def test_removed_tool_is_error_not_fail(node, tmp_path):
     found = _judge(node, tmp_path, "quick", drop=("nvbandwidth", "ibstat"))
     got = _not_pass(found)
-    assert got == {"BW-001": "ERROR", "BW-002": "ERROR", "BW-003": "ERROR", "NIC-001": "ERROR"}
+    # PCI-002 asks ibstat which ConnectX functions have an RDMA device: without it, ERROR
+    assert got == {
+        "BW-001": "ERROR",
+        "BW-002": "ERROR",
+        "BW-003": "ERROR",
+        "NIC-001": "ERROR",
+        "PCI-002": "ERROR",
+    }
     assert "not installed" in found["BW-001"].reason
     assert rules.verdict(list(found.values())) == "ERROR"
 
