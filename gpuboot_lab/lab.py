@@ -193,7 +193,12 @@ def up(
 
 
 def _create(
-    lab: Lab, node_oses: list[str], images: dict[str, str], repos, hw_profile: dict, progress
+    lab: Lab,
+    node_oses: list[str],
+    images: dict[str, str],
+    repos: tuple,
+    hw_profile: dict,
+    progress: Progress,
 ) -> None:
     repo, rpm_repo = repos
     ssh_dir = lab.dir / "ssh"
@@ -286,13 +291,11 @@ def _create(
 
 def _os_vars(node: Node, lab: Lab, repo, rpm_repo, repo_ip: str) -> dict:
     """The variables that depend on a node's OS: its family, package names, repository."""
+    branch, version = LAB_DRIVER if node.family == "debian" else LAB_DRIVER_EL
+    driver = {} if lab.stack else {"nvidia_driver_branch": branch, "nvidia_driver_version": version}
     if node.family == "debian":
         return {
-            **(
-                {}
-                if lab.stack
-                else {"nvidia_driver_branch": LAB_DRIVER[0], "nvidia_driver_version": LAB_DRIVER[1]}
-            ),
+            **driver,
             "gpuboot_probe_tools_packages": ["gpuboot-probes=0.6-1"],
             "gpuboot_apt_repo_url": f"http://{repo_ip}/",
             "gpuboot_apt_repo_suite": repo.suite,
@@ -302,14 +305,7 @@ def _os_vars(node: Node, lab: Lab, repo, rpm_repo, repo_ip: str) -> dict:
     major = node.os.removeprefix("el")
     return {
         "gpuboot_os_family": "redhat",
-        **(
-            {}
-            if lab.stack
-            else {
-                "nvidia_driver_branch": LAB_DRIVER_EL[0],
-                "nvidia_driver_version": LAB_DRIVER_EL[1],
-            }
-        ),
+        **driver,
         "gpuboot_probe_tools_packages": ["gpuboot-probes-0.6-1"],
         "gpuboot_dnf_repo_url": f"http://{repo_ip}/{rpm_repo.url_path(major)}",
         "gpuboot_dnf_repo_key_file": str(rpm_repo.public_key_path),
@@ -373,7 +369,8 @@ def _write_inventory(lab: Lab, repo, rpm_repo, repo_ip: str, hw_profile: dict) -
     }
     header = (
         f"# Written by `gpuboot lab up --name {lab.name}`: a normal Ansible inventory for\n"
-        f"# {len(lab.nodes)} emulated {lab.profile} node(s). Removed by `gpuboot lab down`.\n"
+        f"# {len(lab.nodes)} emulated {lab.profile} node(s) "
+        f"({', '.join(sorted({n.os for n in lab.nodes}))}). Removed by `gpuboot lab down`.\n"
     )
     lab.inventory.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
