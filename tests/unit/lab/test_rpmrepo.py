@@ -3,6 +3,7 @@ createrepo_c and modifyrepo_c, checked with rpm -qp / rpm -K / gpgv and modules.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import re
 import shutil
@@ -73,6 +74,17 @@ def _modules(tree: Path) -> list[dict]:
 def test_every_stack_redhat_pin_is_served_as_an_rpm(stack: str) -> None:
     """LAB-001 for EL nodes: the stacks' redhat names/versions (but the kernel) exist."""
     assert check_served(load_stack(stack), family="redhat") == []
+
+
+def test_lab_refuses_a_redhat_pin_it_does_not_serve_on_el_nodes_only() -> None:
+    stack = load_stack("lts-550-cuda12.4")
+    pins = dataclasses.replace(stack.cuda.pins["redhat"], version="12.4.0-1")
+    cuda = dataclasses.replace(stack.cuda, pins={**stack.cuda.pins, "redhat": pins})
+    bad = dataclasses.replace(stack, cuda=cuda)
+    (violation,) = check_served(bad, family="redhat")
+    assert violation.rule_id == "LAB-001" and violation.where.endswith("cuda.redhat")
+    assert "cuda-toolkit-12-4=12.4.0-1" in violation.message and "12.4.1-1" in violation.fix
+    assert check_served(bad, family="debian") == []
 
 
 def test_rpms_carry_nvidia_rhel_names_and_epoch(catalogue: Catalogue) -> None:
