@@ -8,6 +8,7 @@ offline with the same rules, touching no host.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -287,7 +288,22 @@ def _judge_host(
     ctx = rules.NodeContext(
         host=host, profile=node_profile, hostvars=meta.get("pins") or {}, meta=meta
     )
-    return _node_report(host, _partial(evidence, ctx, meta.get("rules")))
+    return _node_report(host, _partial(evidence, ctx, _rules_of(evidence, meta)))
+
+
+def _rules_of(evidence: Evidence, meta: dict[str, Any]) -> list[str] | None:
+    """The rules a host's evidence is judged on: meta.json's list; all of them for a
+    certify run's bundle (it records "outputs"); for a bundle of real tool outputs named
+    after their commands and no list, the rules that read any file it holds (in any form)."""
+    if meta.get("rules") or "outputs" in meta:
+        return meta.get("rules")
+    names = list(evidence)
+    found = [
+        r.id
+        for r in rules.RULES
+        if any(fnmatch.fnmatchcase(n, p) for p in r.evidence for n in names)
+    ]
+    return found or None
 
 
 def _node_error(host: str, exc: GpubootError) -> dict[str, Any]:

@@ -9,6 +9,7 @@ ERROR, never FAIL.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ ANSWER_EXITS: tuple[tuple[str, Callable[[ProbeOutput], bool]], ...] = (
     ("all_reduce_perf*", lambda o: o.rc == 1 and bool(_NCCL_WRONG.search(o.stdout))),
     # pair runs: a failed run may be the partner's fault; the pair attribution (meta
     # "pairs") judges it, or check_ib_write_bw/check_tcp_bw from the file alone
-    ("ib_write_bw_*", lambda o: True),
+    ("ib_write_bw*", lambda o: True),
     ("tcp_bw_*", lambda o: True),
 )
 
@@ -229,3 +230,32 @@ def failed_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
         ):
             return why
     return None
+
+
+def forms_in(evidence: Evidence, kind: str) -> list[tuple[str, str, ProbeOutput]]:
+    """(file, form, output) of every file of one evidence kind the node's evidence holds
+    (evidence/forms.py): a rule reads whichever forms of its tool's output exist."""
+    from gpuboot.evidence.forms import files_of
+
+    return [(name, form, evidence[name]) for name, form in files_of(kind, evidence)]
+
+
+class EvidenceDisagrees(GpubootError):
+    """Two forms of the same evidence say different things: neither can be trusted."""
+
+
+def agree(kind: str, views: list[tuple[str, Any]]) -> None:
+    """Raise EvidenceDisagrees (an ERROR naming both files) when two forms' views of the
+    same facts differ; views are (file, comparable value)."""
+    for (a, va), (b, vb) in itertools.pairwise(views):
+        if va != vb:
+            raise EvidenceDisagrees(
+                f"evidence disagrees: {a} says {_say(va)}, {b} says {_say(vb)}",
+                where=f"{a}, {b}",
+                hint=f"two forms of the {kind} evidence differ; collect them again together",
+            )
+
+
+def _say(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "..."

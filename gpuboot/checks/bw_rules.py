@@ -21,6 +21,7 @@ from gpuboot.checks.base import (
     NodeContext,
     ProbeFailed,
     Result,
+    forms_in,
     not_applicable,
     probes_matching,
     tool_failure,
@@ -29,15 +30,24 @@ from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.checks.thresholds import band, measurement
 from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
-from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
+from gpuboot.evidence.dcgmi import (
+    harness_fault,
+    parse_dcgmi_diag_json,
+    parse_dcgmi_diag_text,
+    status_word,
+)
 from gpuboot.evidence.nccl import parse_all_reduce_perf
-from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json
+from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json, parse_nvbandwidth_text
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import NVBW_TESTS, PRECONDITIONS, dcgm_refuses_mig, mig_gpus
 from gpuboot.probes.tcpbw import parse_tcpbw
 
-# Three figures (h2d, d2h, d2d) read each nvbandwidth run of a node: parse each run once.
-_nvbandwidth = functools.lru_cache(maxsize=16)(parse_nvbandwidth_json)
+# Three figures (h2d, d2h, d2d) read each nvbandwidth run of a node: parse each run once,
+# whichever form it was printed in (-j JSON or the plain text tables).
+_NVBW = {
+    "json": functools.lru_cache(maxsize=16)(parse_nvbandwidth_json),
+    "text": functools.lru_cache(maxsize=16)(parse_nvbandwidth_text),
+}
 
 
 def _precondition(evidence: Evidence) -> None:
@@ -93,10 +103,10 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         _precondition(evidence)
         samples, worst = [], ""
         gpus = gpu_inventory(evidence)
-        for name, out in probes_matching(evidence, "nvbandwidth*.json").items():
+        for name, form, out in forms_in(evidence, "nvbandwidth"):
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
-            case = next((t for t in _nvbandwidth(out.stdout).tests if t.name == test), None)
+            case = next((t for t in _NVBW[form](out.stdout).tests if t.name == test), None)
             if case is None:
                 continue
             if case.status != "Passed":
@@ -125,7 +135,7 @@ def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:
         return mig
     _precondition(evidence)
     samples = []
-    for name, out in probes_matching(evidence, "all_reduce_perf*").items():
+    for name, _form, out in forms_in(evidence, "all_reduce"):
         res = parse_all_reduce_perf(out.stdout) if out.stdout.strip() else None
         if res is None or not res.completed:
             why = tool_failure("all_reduce_perf", out) or (
@@ -141,7 +151,17 @@ def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:
     return _judge("all_reduce_busbw", samples, ctx, "busbw at the largest size")
 
 
+# Tests DCGM skips by design unless separately installed or supported on the SKU: their
+# skip is no gap in what the level asked for (the EUD ships apart; the pulse test runs on
+# some SKUs only).
+DCGM_OPTIONAL = ("eud", "pulse")
+
+
 def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    """Each DCGM test per GPU, by the reason DCGM gives: a test that ran and failed is FAIL
+    naming its GPU(s) and DCGM's reason; one that could not run (skipped, not supported, a
+    helper or plugin missing, an internal error of the test) is ERROR: the harness, not the
+    GPU. Table and JSON output of DCGM 2.x-4.x read alike (evidence/dcgmi.py)."""
     if dcgm_refuses_mig(ctx.profile, ctx.hostvars):
         return not_applicable(
             "the host's MIG layout splits a GPU and dcgmi diag refuses such a MIG configuration, "
@@ -151,7 +171,8 @@ def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     files = probes_matching(evidence, "dcgmi_diag*")
     if not files:
         return _absent(ctx, "dcgm_version", "dcgmi diag")
-    failed = []
+    failed: dict[str, str] = {}
+    not_run: dict[str, str] = {}
     for name, out in files.items():
         if out.rc not in (0, 226) and not out.stdout.strip():  # 226: some tests failed
             raise ProbeFailed(tool_failure("dcgmi", out) or "dcgmi failed", where=name)
@@ -159,15 +180,59 @@ def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
         try:
             diag = parse(out.stdout)
         except GpubootError:
-            if why := tool_failure("dcgmi", out):
-                raise ProbeFailed(why, where=name) from None
+            first = next((ln.strip() for ln in out.stdout.splitlines() if ln.strip()), "")
+            why = tool_failure("dcgmi", out) or (first if first.startswith("Error") else None)
+            if why:
+                raise ProbeFailed(f"dcgmi diag did not run: {why}", where=name) from None
             raise
-        failed += [
-            f"{r.test}" + (f" ({r.detail})" if r.detail else "")
-            for r in diag.results
-            if r.result.lower() == "fail"
-        ]
-    return f"DCGM diagnostics failed: {'; '.join(dict.fromkeys(failed))}" if failed else None
+        for test, verdict, text in _dcgm_tests(diag):
+            (failed if verdict == FAIL else not_run).setdefault(test, text)
+    if failed:
+        extra = f"; not run: {'; '.join(not_run.values())}" if not_run else ""
+        return "DCGM diagnostics failed: " + "; ".join(failed.values()) + extra
+    if not_run:
+        return Result(
+            ERROR,
+            "DCGM test(s) could not run (not a GPU fault): " + "; ".join(not_run.values()),
+            action="fix the DCGM installation or the run's conditions the reason names "
+            "(missing plugin or helper, CUDA/driver mismatch, test not allowed), then run it again",
+        )
+    return None
+
+
+def _dcgm_tests(diag) -> list[tuple[str, str, str]]:
+    """(test, FAIL or ERROR, text) for each test that did not pass, with its GPUs and reason."""
+    out = []
+    for test in dict.fromkeys(r.test for r in diag.results):
+        rows = [r for r in diag.results if r.test == test]
+        words = {status_word(r.result) for r in rows}
+        reasons = diag.reasons(test)
+        if "fail" in words:
+            gpus = sorted(
+                {g for r in rows if status_word(r.result) == "fail" for g in r.gpus}
+                | {n.gpu for n in diag.notes if n.test == test and n.kind != "info" and n.gpu},
+                key=int,
+            )
+            hardware = [t for t in reasons if not harness_fault(t)]
+            where = f" on GPU {', '.join(gpus)}" if gpus else ""
+            why = _short(hardware or reasons)
+            if reasons and not hardware:
+                out.append((test, ERROR, f"{test}: {why}"))
+            else:
+                out.append((test, FAIL, f"{test} failed{where}" + (f": {why}" if why else "")))
+        elif (
+            words & {"skip", "not run"}
+            and "pass" not in words
+            and not any(k in test.lower() for k in DCGM_OPTIONAL)
+        ):
+            why = f" ({_short(reasons)})" if reasons else ""
+            out.append((test, ERROR, f"{test} {'/'.join(sorted(words))}{why}"))
+    return out
+
+
+def _short(texts: tuple[str, ...] | list[str], limit: int = 160) -> str:
+    text = " / ".join(texts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def pair_check(
@@ -243,5 +308,5 @@ def _tcp_value(text: str) -> float:
     return parse_tcpbw(text).gbits_s
 
 
-check_ib_write_bw = pair_check("ib_write_bw", "ib_write_bw_*", _ib_value)
+check_ib_write_bw = pair_check("ib_write_bw", "ib_write_bw*", _ib_value)
 check_tcp_bw = pair_check("tcp_bw", "tcp_bw_*", _tcp_value)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 
 from gpuboot.checks.base import (
+    MissingEvidence,
     NodeContext,
     ProbeFailed,
     Result,
+    agree,
+    forms_in,
     not_applicable,
     probe,
     tool_failure,
@@ -15,9 +20,17 @@ from gpuboot.checks.base import (
 from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.collect import Evidence, ecn_file
 from gpuboot.evidence.ibstat import parse_ibstat
+from gpuboot.evidence.ibstatus import parse_ibstatus
+from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
 from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos
 from gpuboot.evidence.modules import parse_lsmod
-from gpuboot.evidence.nvlink import NvlinkErrors, parse_nvlink_errors, parse_nvlink_status
+from gpuboot.evidence.nvlink import (
+    NvlinkErrors,
+    parse_dcgmi_nvlink_errors,
+    parse_dcgmi_nvlink_status,
+    parse_nvlink_errors,
+    parse_nvlink_status,
+)
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
 
 NVLINK_S = "nvidia-smi_nvlink_-s.txt"
@@ -42,6 +55,36 @@ def expected_links(ctx: NodeContext) -> list[int]:
     return [int(i) for i in ids] if ids is not None else list(range(int(nv["links_per_gpu"])))
 
 
+_NVLINK_PARSERS = {
+    ("nvlink_s", "nvidia-smi"): parse_nvlink_status,
+    ("nvlink_s", "dcgmi"): parse_dcgmi_nvlink_status,
+    ("nvlink_e", "nvidia-smi"): parse_nvlink_errors,
+    ("nvlink_e", "dcgmi"): parse_dcgmi_nvlink_errors,
+}
+
+
+def _nvlink(evidence: Evidence, kind: str):
+    """(file, parsed) of the NVLink status or error counters, from ``nvidia-smi nvlink`` or
+    ``dcgmi nvlink`` (whichever held; where both are, they must agree on which links are
+    down, or which carry errors, per GPU)."""
+    found = forms_in(evidence, kind)
+    if not found:
+        want = NVLINK_S if kind == "nvlink_s" else NVLINK_E
+        raise MissingEvidence(f"probe {want} was not collected", where=want)
+    views = [(n, _NVLINK_PARSERS[(kind, form)](_read(evidence, n))) for n, form, _o in found]
+    if len(views) > 1:
+        agree(f"NVLink {'state' if kind == 'nvlink_s' else 'error'}", [
+            (n, {g.index: _link_view(kind, g) for g in p.gpus}) for n, p in views
+        ])  # fmt: skip
+    return views[0]
+
+
+def _link_view(kind: str, g) -> tuple[int, ...]:
+    if kind == "nvlink_s":
+        return () if g.mig_mode_unsupported else tuple(sorted(g.inactive_links))
+    return tuple(sorted(link for link, c in g.counters.items() if any(c.values())))
+
+
 def _covers_every_gpu(evidence: Evidence, name: str, listed: int) -> None:
     """A per-GPU listing must cover every GPU the node counts (lost ones included)."""
     have = gpu_inventory(evidence)
@@ -52,8 +95,8 @@ def _covers_every_gpu(evidence: Evidence, name: str, listed: int) -> None:
 def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
-    status = parse_nvlink_status(_read(evidence, NVLINK_S))
-    _covers_every_gpu(evidence, NVLINK_S, len(status.gpus) + len(status.lost))
+    name, status = _nvlink(evidence, "nvlink_s")
+    _covers_every_gpu(evidence, name, len(status.gpus) + len(status.lost))
     want = expected_links(ctx)
     speed = float(ctx.hardware["nvlink"]["link_speed_gbps"])
     problems = [f"GPU {bus} lost: its NVLinks cannot be read" for bus in status.lost]
@@ -71,9 +114,9 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
         missing = [] if status.elided else [i for i in want if i not in links]
         if missing:
             raise incomplete(
-                f"{NVLINK_S} lists no state for GPU {g.index} link(s) "
+                f"{name} lists no state for GPU {g.index} link(s) "
                 f"{','.join(map(str, missing))}",
-                NVLINK_S,
+                name,
             )
         slow = [
             f"{lk.link} at {lk.speed_gbytes_s:g}"
@@ -95,8 +138,8 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
 def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
-    errors = parse_nvlink_errors(_read(evidence, NVLINK_E))
-    _covers_every_gpu(evidence, NVLINK_E, len(errors.gpus) + len(errors.lost))
+    name, errors = _nvlink(evidence, "nvlink_e")
+    _covers_every_gpu(evidence, name, len(errors.gpus) + len(errors.lost))
     if not errors.elided:
         _counters_complete(errors)
     bad = [f"GPU {bus} lost: its error counters cannot be read" for bus in errors.lost]
@@ -130,38 +173,134 @@ def _needs_ofed(ctx: NodeContext) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Port:
+    """One NIC port as any of ibstat / ibstatus / ibv_devinfo shows it (None: not shown)."""
+
+    device: str
+    port: int
+    ca_type: str | None  # "MT4129"; ibstatus does not print it
+    active: bool
+    link_up: bool | None
+    rate: float | None  # Gb/s; default ibv_devinfo does not print it
+    link_layer: str | None
+
+
+def _nic_ports(form: str, text: str) -> tuple[_Port, ...]:
+    if form == "ibstat":
+        stat = parse_ibstat(text)
+        if stat.errors:
+            raise ProbeFailed(f"ibstat reported: {stat.errors[0]}")
+        return tuple(
+            _Port(ca.name, p.port, ca.ca_type, p.state == "Active",
+                  p.physical_state == "LinkUp", p.rate_gbits_s, p.link_layer)
+            for ca in stat.cas
+            for p in ca.ports
+        )  # fmt: skip
+    if form == "ibstatus":
+        return tuple(
+            _Port(p.device, p.port, None, (p.state or "").upper() == "ACTIVE",
+                  None if p.phys_state is None else p.phys_state == "LinkUp",
+                  p.rate_gbits_s, p.link_layer)
+            for p in parse_ibstatus(text)
+        )  # fmt: skip
+    return tuple(
+        _Port(d.hca_id, p.port, f"MT{d.vendor_part_id}" if d.vendor_part_id else None,
+              p.state == "PORT_ACTIVE", _ibv_link_up(p.fields), _ibv_rate(p.fields),
+              p.link_layer)
+        for d in parse_ibv_devinfo(text)
+        for p in d.ports
+    )  # fmt: skip
+
+
+_IBV_SPEED = {"2.5": 2.5, "5.0": 5, "10.0": 10, "14.0": 14, "25.0": 25, "50.0": 50, "100.0": 100}
+
+
+def _ibv_link_up(fields: dict[str, str]) -> bool | None:
+    phys = fields.get("phys_state")  # ibv_devinfo -v: "LINK_UP (5)"
+    return None if phys is None else phys.split()[0] == "LINK_UP"
+
+
+def _ibv_rate(fields: dict[str, str]) -> float | None:
+    """ibv_devinfo -v: active_width "4X (2)" x active_speed "100.0 Gbps (64)"."""
+    width, speed = fields.get("active_width", ""), fields.get("active_speed", "")
+    w = re.match(r"(\d+)X", width)
+    sp = re.match(r"([\d.]+)\s*Gbps", speed)
+    return int(w.group(1)) * float(sp.group(1)) if w and sp else None
+
+
+# A file of one device ("ibv_devinfo_-d_mlx5_0.txt", "ibstat_mlx5_0.txt") shows that one only.
+_ONE_DEVICE = re.compile(r"_(?:-d_)?(mlx\d+_\d+|ibp\w+)")
+
+
 def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
-    """Every profile NIC port Active/LinkUp at its rate. Ports are matched by (CA type, rate)
-    counts, not names: mlx5_N numbering differs between chassis, and extra ports (frontend
-    Ethernet) are not the compute fabric."""
+    """Every profile NIC port Active/LinkUp at its rate, from ibstat, ibstatus or ibv_devinfo
+    (whichever the evidence holds; where two show the same port they must agree). Ports are
+    matched by (CA type, rate) counts, not names: mlx5_N numbering differs between chassis,
+    and extra ports (frontend Ethernet) are not the compute fabric. A form that does not
+    print the CA type (ibstatus) or the rate (ibv_devinfo without -v) is judged on what it
+    prints."""
     if why := _needs_ofed(ctx):
         return not_applicable(why)
-    out = probe(evidence, "ibstat.txt")
-    if why := tool_failure("ibstat", out):
-        raise ProbeFailed(why, where="ibstat.txt")
-    stat = parse_ibstat(out.stdout)
-    if stat.errors:
-        raise ProbeFailed(f"ibstat reported: {stat.errors[0]}", where="ibstat.txt")
-    want = Counter((n["ca_type"], int(n["rate"])) for n in ctx.hardware["nics"])
+    found = forms_in(evidence, "nics")
+    if not found:
+        raise MissingEvidence("probe ibstat.txt was not collected", where="ibstat.txt")
+    views = []
+    for name, form, out in found:
+        if why := tool_failure(form, out):
+            raise ProbeFailed(why, where=name)
+        try:
+            views.append((name, _nic_ports(form, out.stdout)))
+        except ProbeFailed as exc:
+            raise ProbeFailed(exc.message, where=name) from None
+    _ports_agree(views)
+    name, ports = views[0]
+    nics = ctx.hardware["nics"]
+    if _ONE_DEVICE.search(name):  # a per-device listing judges the profile's NICs it shows
+        shown = {p.device for p in ports}
+        nics = [n for n in nics if n["hca"] in shown]
+        if not nics:
+            raise MissingEvidence(
+                f"not judged: partial evidence, {name} shows no NIC of the profile", where=name
+            )
+    want = Counter((n["ca_type"], int(n["rate"])) for n in nics)
     problems = []
     for (ca_type, rate), count in sorted(want.items()):
-        ports = [(ca, p) for ca in stat.cas if ca.ca_type == ca_type for p in ca.ports]
+        cands = [p for p in ports if p.ca_type in (None, ca_type)]
         good = [
-            ca.name
-            for ca, p in ports
-            if p.state == "Active" and p.physical_state == "LinkUp" and p.rate_gbits_s == rate
+            p.device
+            for p in cands
+            if p.active and p.link_up is not False and p.rate in (None, rate)
         ]
         if len(good) < count:
             bad = [
-                f"{ca.name} {p.state}/{p.physical_state} rate {p.rate_gbits_s}"
-                for ca, p in ports
-                if ca.name not in good
+                f"{p.device} {'Active' if p.active else 'not active'}"
+                + ("" if p.link_up is None else f"/{'LinkUp' if p.link_up else 'link down'}")
+                + f" rate {p.rate if p.rate is None else f'{p.rate:g}'}"
+                for p in cands
+                if p.device not in good
             ]
             problems.append(
                 f"{len(good)} of {count} {ca_type} ports Active at {rate} Gb/s"
                 + (f" ({'; '.join(bad)})" if bad else "")
+                + (f" [{name}]" if len(views) > 1 else "")
             )
     return "; ".join(problems) or None
+
+
+def _ports_agree(views: list[tuple[str, tuple[_Port, ...]]]) -> None:
+    """Two forms showing the same port must agree on its state and (where both print it)
+    rate."""
+    if len(views) < 2:
+        return
+    seen = [{(p.device, p.port): p for p in ports} for _n, ports in views]
+    common = set(seen[0]).intersection(*seen[1:])
+    view = [
+        (name, {k: (s[k].active, s[k].rate if all(x[k].rate for x in seen) else None)
+                for k in sorted(common)})
+        for (name, _p), s in zip(views, seen, strict=True)
+    ]  # fmt: skip
+    agree("NIC port", view)
 
 
 def _roce_rails(ctx: NodeContext) -> list[dict] | Result:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from gpuboot.checks.base import (
     PASS,
     SYSTEMD_STATES,
@@ -9,14 +11,24 @@ from gpuboot.checks.base import (
     NodeContext,
     ProbeFailed,
     Result,
+    agree,
+    forms_in,
     not_applicable,
     probe,
     tool_failure,
 )
-from gpuboot.checks.smi import Q_FILE, QUERY_FILE, gpu_table, smi_q
+from gpuboot.checks.smi import (
+    LOST_TEXT,
+    Q_FILE,
+    QUERY_FILE,
+    gpu_table,
+    lost_gpus,
+    query_file,
+    smi_q,
+)
 from gpuboot.checks.stack_rules import installed_packages, nvidia_version
 from gpuboot.collect import MIG_LGI_FILE, Evidence
-from gpuboot.errors import ParseError
+from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.mig import parse_mig_lgi
@@ -29,15 +41,127 @@ THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
 
 
 def kernel_log(evidence: Evidence) -> str:
-    """dmesg's text. A booted node's ring buffer always holds its boot messages (old lines
-    are overwritten, never dropped), so an empty one was cleared or not readable: it cannot
-    show that nothing happened since boot."""
-    text = probe(evidence, "dmesg.txt").stdout
-    if not text.strip():
-        raise ProbeFailed(
-            "dmesg printed nothing (kernel log cleared or unreadable)", where="dmesg.txt"
+    """The kernel log's text, in the first form the node's evidence holds (kernel_logs reads
+    every form). A booted node's ring buffer always holds its boot messages (old lines are
+    overwritten, never dropped), so an empty one was cleared or not readable: it cannot show
+    that nothing happened since boot."""
+    return kernel_logs(evidence)[0][1]
+
+
+def kernel_logs(evidence: Evidence) -> list[tuple[str, str]]:
+    """(file, text) of every kernel-log form held: dmesg, `journalctl -k`, syslog/kern.log/
+    messages lines (evidence/forms.py)."""
+    found = forms_in(evidence, "kernel_log")
+    if not found:
+        raise MissingEvidence(
+            "no kernel log (dmesg, journalctl -k, syslog) was collected", where="dmesg.txt"
         )
-    return text
+    for name, _form, out in found:
+        if not out.stdout.strip():
+            raise ProbeFailed(
+                f"{name} printed nothing (kernel log cleared or unreadable)", where=name
+            )
+    return [(name, out.stdout) for name, _form, out in found]
+
+
+# XID-001, XID-002 and PCI-001 read the same logs of a node: parse each text once.
+_parse_log = functools.lru_cache(maxsize=8)(parse_kernel_log)
+_EVENT_KEYS = {
+    "xids": lambda x: (x.code, x.pci, x.message),
+    "sxids": lambda x: (x.code, x.switch, x.link, x.message, x.source),
+    "pcie_limits": lambda x: x,
+}
+
+
+def kernel_events(evidence: Evidence, what: str) -> list:
+    """Xids, SXids or PCIe limit notices across every kernel-log form. The forms keep
+    different windows (the ring buffer overwrites, journald rate-limits, syslog rotates), so
+    one form lacking a line is no contradiction: the fullest form is read, plus any event
+    only another form kept (never twice: an SXid's repeat count stays the fullest form's)."""
+    per_form = [list(getattr(_parse_log(text), what)) for _name, text in kernel_logs(evidence)]
+    per_form.sort(key=len, reverse=True)
+    key = _EVENT_KEYS[what]
+    events = per_form[0]
+    seen = {key(e) for e in events}
+    for other in per_form[1:]:
+        extra = [e for e in other if key(e) not in seen]
+        events += extra
+        seen |= {key(e) for e in extra}
+    return events
+
+
+def check_gpu_count(evidence: Evidence, ctx: NodeContext) -> str | None:
+    """GPU count and model from whichever nvidia-smi forms the node's evidence holds: the
+    --query-gpu table, else ``-q`` (text or XML). A GPU nvidia-smi could not open ("Unable to
+    determine the device handle for GPU <bus>: Unknown Error", in any of its outputs) fell
+    off the bus: FAIL naming it, even where nothing else could be read."""
+    gpu = ctx.hardware["gpu"]
+    expected, model = int(gpu["count"]), gpu.get("model")
+    lost = [f"GPU {bus} lost: {msg}" for bus, msg, _f in lost_gpus(evidence).values()]
+    try:
+        seen = _visible_gpus(evidence)
+    except GpubootError:
+        if lost:  # the GPU nvidia-smi lost is the finding; the rest may be unreadable
+            return "; ".join(lost)
+        raise
+    if isinstance(seen, str):  # nvidia-smi itself could not run: the node's state
+        return "; ".join([*lost, seen])
+    problems = list(lost)
+    if len(seen) != expected:
+        problems.insert(0, f"{len(seen)} of {expected} GPUs visible")
+    problems += [
+        f"GPU {label} is {name}, profile expects {model}"
+        for label, name in seen
+        if model and name != model
+    ]
+    return "; ".join(problems) or None
+
+
+def _visible_gpus(evidence: Evidence) -> list[tuple[str, str | None]] | str:
+    """(label, model name) of each GPU nvidia-smi lists, from --query-gpu and -q; where
+    both are held they must count the same GPUs (listed or lost). A text: nvidia-smi's
+    failure."""
+    views, counts = [], []
+    if forms_in(evidence, "query_gpu"):
+        failure, rows, csv_lost = gpu_table(evidence)
+        if failure:
+            return failure
+        views.append([(r.text("index"), r.text("name")) for r in rows])
+        counts.append((query_file(evidence), len(rows) + len(csv_lost)))
+    if forms_in(evidence, "smi_q"):
+        q = smi_q(evidence)
+        views.append([(str(i), g.product_name) for i, g in enumerate(q.gpus)])
+        q_lost = sum(o.stdout.count(LOST_TEXT) for _n, _f, o in forms_in(evidence, "smi_q"))
+        counts.append((Q_FILE, len(q.gpus) + q_lost))
+    if not views:
+        raise MissingEvidence("neither --query-gpu nor -q was collected", where=QUERY_FILE)
+    agree("nvidia-smi GPU list", counts)
+    return views[0]
+
+
+def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
+    """Persistence mode per GPU, from --query-gpu or -q (text/XML); both held must agree."""
+    views = []
+    if forms_in(evidence, "query_gpu"):
+        failure, rows, _lost = gpu_table(evidence)
+        if failure:
+            return failure
+        if rows and "persistence_mode" in rows[0].values:
+            off = [r.text("index") for r in rows if r.text("persistence_mode") != "Enabled"]
+            views.append((query_file(evidence), off))
+    if forms_in(evidence, "smi_q"):
+        q = smi_q(evidence)
+        if any(g.persistence_mode is not None for g in q.gpus):
+            off = [str(i) for i, g in enumerate(q.gpus) if g.persistence_mode is not True]
+            views.append((Q_FILE, off))
+    if not views:
+        raise MissingEvidence(
+            "not judged: partial evidence, no nvidia-smi output with persistence mode",
+            where=QUERY_FILE,
+        )
+    agree("nvidia-smi persistence mode", views)
+    off = views[0][1]
+    return f"persistence mode off on GPU {', '.join(map(str, off))}" if off else None
 
 
 def _name(gpu, i: int) -> str:
@@ -46,7 +170,7 @@ def _name(gpu, i: int) -> str:
 
 def check_pci_ids(evidence: Evidence, ctx: NodeContext) -> str | None:
     want = str(ctx.hardware["gpu"]["pci_device_id"]).upper()
-    q = smi_q(evidence)
+    q = smi_q(evidence, "pci")
     bad = []
     for i, g in enumerate(q.gpus):
         got = (g.fields.get("PCI/Device Id") or g.fields.get("pci/pci_device_id") or "").upper()
@@ -59,7 +183,7 @@ def _pcie_rows(
     evidence: Evidence,
 ) -> list[tuple[str, int | None, int | None, int | None, int | None]]:
     """(gpu, gen_cur, gen_max, width_cur, width_max) from --query-gpu, else from -q."""
-    if QUERY_FILE in evidence:
+    if forms_in(evidence, "query_gpu"):
         failure, rows, _lost = gpu_table(evidence)
         if not failure and rows and "pcie.link.gen.max" in rows[0].values:
             return [
@@ -72,13 +196,13 @@ def _pcie_rows(
                 )
                 for i, r in enumerate(rows)
             ]
-    if Q_FILE not in evidence and "dmesg.txt" in evidence:
+    if not forms_in(evidence, "smi_q") and forms_in(evidence, "kernel_log"):
         return []  # a kernel-log-only bundle: judge the "limited by" notices alone
-    if Q_FILE not in evidence:
+    if not forms_in(evidence, "smi_q"):
         raise MissingEvidence("neither --query-gpu nor -q was collected", where=QUERY_FILE)
     return [
         (_name(g, i), g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max)
-        for i, g in enumerate(smi_q(evidence).gpus)
+        for i, g in enumerate(smi_q(evidence, "pci").gpus)
     ]
 
 
@@ -98,8 +222,8 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
             problems.append(f"{gpu} trained at x{w_cur} of x{w_max} (lanes lost)")
         if gen_cur is not None and gen_max is not None and gen_cur < gen_max:
             idle.append(gpu)
-    if "dmesg.txt" in evidence:
-        for lim in parse_kernel_log(kernel_log(evidence)).pcie_limits:
+    if forms_in(evidence, "kernel_log"):
+        for lim in kernel_events(evidence, "pcie_limits"):
             problems.append(
                 f"kernel: {lim.device} limited to {lim.available_gbits_s:g} Gb/s by "
                 f"{lim.limiting_device} ({lim.limited_by_gts:g} GT/s x{lim.limited_width}, "
@@ -118,7 +242,7 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
 
 def check_ecc(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence).gpus):
+    for i, g in enumerate(smi_q(evidence, "ecc").gpus):
         if g.ecc_mode_current is False:
             problems.append(f"{_name(g, i)} ECC mode disabled")
         vol = g.ecc_volatile
@@ -131,7 +255,7 @@ def check_ecc(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 def check_remap_pending(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence).gpus):
+    for i, g in enumerate(smi_q(evidence, "remap").gpus):
         rr, rp = g.remapped_rows, g.retired_pages
         if rr is not None and rr.pending:
             problems.append(f"{_name(g, i)} row remap pending (GPU reset needed to apply it)")
@@ -143,7 +267,7 @@ def check_remap_pending(evidence: Evidence, ctx: NodeContext) -> str | None:
 def check_remap_failure(evidence: Evidence, ctx: NodeContext) -> str | None:
     bad = [
         f"{_name(g, i)} row remapping failure"
-        for i, g in enumerate(smi_q(evidence).gpus)
+        for i, g in enumerate(smi_q(evidence, "remap").gpus)
         if g.remapped_rows is not None and g.remapped_rows.failure
     ]
     return "; ".join(bad) or None
@@ -151,7 +275,7 @@ def check_remap_failure(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 def check_throttle(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence).gpus):
+    for i, g in enumerate(smi_q(evidence, "clocks").gpus):
         active = [r for r in (g.clock_event_reasons_active or ()) if r in THERMAL_REASONS]
         if active:
             temp = f" at {g.temperature_gpu_c:g} C" if g.temperature_gpu_c is not None else ""
@@ -230,7 +354,7 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
         problems.append(f"fabric manager {installed} does not match the loaded driver {loaded}")
     elif want and installed != want:
         problems.append(f"fabric manager {installed}, pinned driver {want}")
-    for i, g in enumerate(smi_q(evidence).gpus):
+    for i, g in enumerate(smi_q(evidence, "fabric").gpus):
         if g.fabric_state is not None and (g.fabric_state, g.fabric_status) != (
             "Completed",
             "Success",
@@ -241,6 +365,7 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
 
 def _fm_package_version(evidence: Evidence) -> str | None:
     for pkg in installed_packages(evidence).values():
-        if pkg.name.startswith("nvidia-fabricmanager") and pkg.installed:
+        # NVIDIA's RPMs before R580 spell it nvidia-fabric-manager
+        if pkg.name.startswith(("nvidia-fabricmanager", "nvidia-fabric-manager")) and pkg.installed:
             return upstream_of(pkg.version)
     return None

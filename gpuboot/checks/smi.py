@@ -6,17 +6,23 @@ from __future__ import annotations
 import functools
 import re
 
-from gpuboot.checks.base import ProbeFailed, probe
+from gpuboot.checks.base import MissingEvidence, ProbeFailed, agree, forms_in
 from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence.nvidia_smi_csv import CsvGpuRow, parse_query_gpu_csv
-from gpuboot.evidence.nvidia_smi_q import NvidiaSmiQ, parse_nvidia_smi_q
+from gpuboot.evidence.nvidia_smi_q import (
+    NvidiaSmiQ,
+    parse_nvidia_smi_q,
+    parse_nvidia_smi_q_xml,
+)
 
 QUERY_FILE = "nvidia-smi_--query-gpu_--format=csv.csv"
 Q_FILE = "nvidia-smi_-q.txt"
 # nvidia-smi prints this instead of a row for a GPU it lost (fallen off the bus, ...).
 LOST_TEXT = "Unable to determine the device handle"
-LOST_GPU = re.compile(rf"^{LOST_TEXT} for (?:GPU)?\s*(\S+?):? (.*)$")
+LOST_GPU = re.compile(
+    rf"^{LOST_TEXT} for (?:GPU)?\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f.]+?):?\s+(.*)$"
+)
 _ATTACHED = re.compile(r"^Attached GPUs\s*:\s*(\d+)\s*$", re.M)
 _HEADER_CHARS = 4096  # the -q header (timestamp, driver, CUDA, Attached GPUs) comes first
 
@@ -40,15 +46,39 @@ def incomplete(what: str, where: str) -> ProbeFailed:
 def gpu_table(
     evidence: Evidence,
 ) -> tuple[str | None, tuple[CsvGpuRow, ...], tuple[tuple[str, str], ...]]:
-    """(failure, rows, lost) from the --query-gpu probe; lost = [(pci, message)]. A table
-    with fewer GPUs (rows + lost) than ``nvidia-smi -q`` says are attached is cut short."""
-    return _gpu_table(probe(evidence, QUERY_FILE), evidence.get(Q_FILE))
+    """(failure, rows, lost) from the --query-gpu probe (any of its file names: the field list
+    of a ``noheader`` table comes from the command line in the name); lost = [(pci, message)].
+    A table with fewer GPUs (rows + lost) than ``nvidia-smi -q`` says are attached is cut
+    short."""
+    name = query_file(evidence)
+    return _gpu_table(evidence[name], _q_text_out(evidence), name, _fields_from(name))
+
+
+def query_file(evidence: Evidence) -> str:
+    found = forms_in(evidence, "query_gpu")
+    if not found:
+        raise MissingEvidence(f"probe {QUERY_FILE} was not collected", where=QUERY_FILE)
+    return found[0][0]
+
+
+_FIELDS = re.compile(r"--query-gpu=(.+?)_--format")
+
+
+def _fields_from(name: str) -> tuple[str, ...] | None:
+    m = _FIELDS.search(name)
+    return tuple(f.strip() for f in m.group(1).split(",")) if m else None
+
+
+def _q_text_out(evidence: Evidence) -> ProbeOutput | None:
+    if Q_FILE in evidence:
+        return evidence[Q_FILE]
+    return next((o for _n, form, o in forms_in(evidence, "smi_q") if form == "text"), None)
 
 
 # Eight rules read the same table of a node one after another: parse it once per node (a
 # pure function of the two outputs, its result immutable; errors are not cached).
 @functools.lru_cache(maxsize=1)
-def _gpu_table(out: ProbeOutput, q_out: ProbeOutput | None):
+def _gpu_table(out: ProbeOutput, q_out: ProbeOutput | None, name: str, fields):
     failure = smi_failure(out)
     lost, kept = [], []
     for line in out.stdout.splitlines():
@@ -62,23 +92,24 @@ def _gpu_table(out: ProbeOutput, q_out: ProbeOutput | None):
     # nvidia-smi answers "No devices were found" (exit 6) when it sees none: a silent or
     # header-only table is not that answer, it is unreadable
     rows: tuple[CsvGpuRow, ...] = ()
-    if any(line.strip() for line in kept[1:]):
-        rows = parse_query_gpu_csv("\n".join(kept)).rows
+    body = [ln for ln in kept if ln.strip()]
+    if body and (len(body) > 1 or fields):
+        rows = parse_query_gpu_csv("\n".join(kept), list(fields) if fields else None).rows
     elif not lost:
-        raise ProbeFailed("nvidia-smi --query-gpu listed no GPU and no error", where=QUERY_FILE)
+        raise ProbeFailed("nvidia-smi --query-gpu listed no GPU and no error", where=name)
     attached = _attached(q_out)
     if attached is not None and len(rows) + len(lost) < attached:
         raise incomplete(
             f"--query-gpu lists {len(rows) + len(lost)} GPU(s), nvidia-smi -q says "
             f"Attached GPUs: {attached}",
-            QUERY_FILE,
+            name,
         )
     return None, rows, tuple(lost)
 
 
 def attached_gpus(evidence: Evidence) -> int | None:
     """The ``Attached GPUs`` count in the -q header (NVML's device count), when -q ran."""
-    return _attached(evidence.get(Q_FILE))
+    return _attached(_q_text_out(evidence))
 
 
 def _attached(out: ProbeOutput | None) -> int | None:
@@ -94,7 +125,7 @@ def gpu_inventory(evidence: Evidence) -> int | None:
     captures of one tool). A GPU the node lost entirely is in neither: GPU-001 judges that
     against the profile."""
     counts = [attached_gpus(evidence)]
-    if QUERY_FILE in evidence:
+    if forms_in(evidence, "query_gpu"):
         try:
             failure, rows, lost = gpu_table(evidence)
             counts.append(None if failure else len(rows) + len(lost))
@@ -105,31 +136,119 @@ def gpu_inventory(evidence: Evidence) -> int | None:
 
 
 # Six rules read the same -q output of a node, one after another: parse it once per node
-# (the result is frozen; one entry, so nodes never share a parse).
-_parse_q = functools.lru_cache(maxsize=1)(parse_nvidia_smi_q)
+# (the result is frozen; small caches, so nodes never share a parse).
+_parse_q = functools.lru_cache(maxsize=4)(parse_nvidia_smi_q)
+_parse_q_xml = functools.lru_cache(maxsize=4)(parse_nvidia_smi_q_xml)
+
+# The -q sections a rule reads, by their field paths in the text ("ECC Errors/...") and XML
+# ("ecc_errors/...") forms: a `-q -d ROW_REMAPPER` report holds some sections only.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "pci": ("PCI/", "pci/"),
+    "ecc": ("ECC Mode/", "ECC Errors/", "ecc_mode/", "ecc_errors/"),
+    "remap": ("Remapped Rows", "Retired Pages", "remapped_rows", "retired_pages"),
+    "clocks": (
+        "Clocks Event Reasons/",
+        "Clocks Throttle Reasons/",
+        "clocks_event_reasons/",
+        "clocks_throttle_reasons/",
+        "clocks_throttle_reasons",
+        "clocks_event_reasons",
+    ),
+    "fabric": ("Fabric/", "fabric/"),
+}
 
 
-def smi_q(evidence: Evidence) -> NvidiaSmiQ:
-    """The parsed ``nvidia-smi -q``; a run that printed no GPU is a harness ERROR here
-    (GPU-001/STK-001 judge the node for a missing driver), and so is one that lists fewer
-    GPUs than its own header counts, or whose last GPU block stops short of the sections
-    the others end with (the output was cut)."""
-    out = probe(evidence, Q_FILE)
+def _view(q: NvidiaSmiQ, need: str) -> dict[str, tuple]:
+    """What a rule reads of each GPU (by bus id), to compare two forms of the same -q."""
+
+    def one(g) -> tuple:
+        if need == "pci":
+            dev = g.fields.get("PCI/Device Id") or g.fields.get("pci/pci_device_id")
+            return (g.pcie_gen_max, g.pcie_width_max, g.pcie_width_current, (dev or "").upper())
+        if need == "ecc":
+            v = g.ecc_volatile
+            unc = v and (v.uncorrectable_total or v.dram_uncorrectable or v.sram_uncorrectable)
+            return (g.ecc_mode_current, bool(unc))
+        if need == "remap":
+            rr, rp = g.remapped_rows, g.retired_pages
+            return (rr and rr.pending, rr and rr.failure, rp and rp.pending)
+        if need == "fabric":
+            return (g.fabric_state, g.fabric_status)
+        return ()  # clocks: a moment's state, two runs may differ without contradiction
+
+    return {g.bus_id.lower().lstrip("0"): one(g) for g in q.gpus}
+
+
+def smi_q(evidence: Evidence, need: str | None = None) -> NvidiaSmiQ:
+    """The parsed ``nvidia-smi -q`` in whichever forms the node's evidence holds (text, XML
+    ``-q -x``, ``-q -d SECTION``, ``-a``); with ``need`` (a SECTIONS key) only forms holding
+    that section count, and where two do they must agree on what the rule reads, else ERROR
+    ("evidence disagrees", naming both files). Each form must be complete: a run that printed
+    no GPU, lists fewer GPUs than its own header counts, or whose last GPU block stops short
+    of the sections the others end with (cut output) is a harness ERROR (GPU-001/STK-001
+    judge the node for a missing driver)."""
+    found = forms_in(evidence, "smi_q")
+    if not found:
+        raise MissingEvidence(f"probe {Q_FILE} was not collected", where=Q_FILE)
+    parsed = [(name, _one_q(name, form, out)) for name, form, out in found]
+    if need is not None:
+        prefixes = SECTIONS[need]
+        parsed = [
+            (n, q)
+            for n, q in parsed
+            if any(k.startswith(prefixes) for g in q.gpus for k in g.fields)
+        ]
+        if not parsed:
+            raise MissingEvidence(
+                f"not judged: partial evidence, no nvidia-smi -q form holds the {need} section "
+                f"({', '.join(n for n, _f, _o in found)})",
+                where=found[0][0],
+            )
+        if len(parsed) > 1:
+            agree("nvidia-smi -q", [(n, _view(q, need)) for n, q in parsed])
+    return parsed[0][1]
+
+
+def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
     text, lost = out.stdout, 0
     if LOST_TEXT in text:  # rare: look at the lines only then (six rules call this per node)
         lines = text.splitlines()
         kept = [ln for ln in lines if not LOST_GPU.match(ln.strip())]
         text, lost = "\n".join(kept), len(lines) - len(kept)
     try:
-        parsed = _parse_q(text)
+        parsed = _parse_q_xml(text) if form == "xml" else _parse_q(text)
     except ParseError as exc:
         why = smi_failure(out) or str(exc)
-        raise ProbeFailed(why, where=Q_FILE) from None
+        if lost and not text.strip():
+            why = f"nvidia-smi lost every GPU it names: {why}"
+        raise ProbeFailed(why, where=name) from None
     if not parsed.gpus:
-        raise ProbeFailed(smi_failure(out) or "nvidia-smi -q listed no GPU", where=Q_FILE)
+        raise ProbeFailed(smi_failure(out) or "nvidia-smi -q listed no GPU", where=name)
     if not parsed.elided:  # an author's excerpt ("[...]") says itself what it left out
         _q_complete(parsed, lost)
     return parsed
+
+
+def lost_gpus(evidence: Evidence) -> dict[str, tuple[str, str, str]]:
+    """GPUs nvidia-smi could not open ("Unable to determine the device handle for GPU <bus>:
+    Unknown Error": fallen off the bus), from any of its outputs: one entry per GPU (bus ids
+    compared in one spelling) -> (bus id as printed, message, file)."""
+    lost: dict[str, tuple[str, str, str]] = {}
+    for name, _form, out in forms_in(evidence, "smi_any"):
+        text = out.stdout + "\n" + out.stderr
+        if LOST_TEXT not in text:
+            continue
+        for line in text.splitlines():
+            if m := LOST_GPU.match(line.strip()):
+                lost.setdefault(_bus(m.group(1)), (m.group(1), m.group(2), name))
+    return lost
+
+
+def _bus(bus: str) -> str:
+    """One spelling of a PCI bus id across tools ("0000:0B:00.0", "00000000:0b:00.0")."""
+    dom, _, rest = bus.lower().rpartition(":")[0].partition(":")
+    tail = bus.lower().rsplit(":", 1)[-1]
+    return f"{int(dom or '0', 16):04x}:{rest}:{tail}" if rest else bus.lower()
 
 
 def _q_complete(q: NvidiaSmiQ, lost: int) -> None:

@@ -167,3 +167,75 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
             NvlinkErrorGpu(int(m.group(1)), m.group(2), m.group(3), counters, tuple(messages))
         )
     return NvlinkErrors(gpus=tuple(gpus), elided=elided, lost=lost)
+
+
+# ------------------------------------------------------------------ dcgmi nvlink
+TOOL_DS = "dcgmi nvlink -s"
+TOOL_DE = "dcgmi nvlink -e"
+_D_ENTITY = re.compile(r"^(gpuId|physicalId)\s+(\d+):\s*$")
+_D_STATES = re.compile(r"^[UDX_](?:\s+[UDX_])*$")
+_D_GPU = re.compile(r"^\|?\s*GPU\s+(\d+)\s*\|?\s*$")
+_D_LINK = re.compile(r"^\|?\s*Link\s+(\d+)\b")
+_D_COUNTER = re.compile(
+    r"(CRC FLIT Error|CRC Data Error|Replay Error|Recovery Error|[A-Z][\w ]*Error)"
+    r"\s*(?:\||=>|:)?\s*(?:=>\s*)?(\d+)"
+)
+
+
+def parse_dcgmi_nvlink_status(text: str) -> NvlinkStatus:
+    """``dcgmi nvlink -s`` (``--link-status``): per GPU (``gpuId N:``) and NVSwitch a row of
+    U (up), D (down), X (disabled), _ (not supported: no such link) per link slot. Switches
+    are not GPUs and are left out; a GPU's ``_`` slots are links it does not have."""
+    require_text(TOOL_DS, text)
+    gpus: list[NvlinkGpu] = []
+    entity: tuple[str, int] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if m := _D_ENTITY.match(line):
+            entity = (m.group(1), int(m.group(2)))
+        elif entity and _D_STATES.match(line):
+            if entity[0] == "gpuId":
+                links = tuple(
+                    NvlinkLink(i, c == "U", None, c) for i, c in enumerate(line.split()) if c != "_"
+                )
+                gpus.append(NvlinkGpu(entity[1], f"gpuId {entity[1]}", None, links))
+            entity = None
+    if not gpus and "No GPUs found" not in text:
+        raise ParseError(TOOL_DS, "no 'gpuId N:' link-state row", hint="is this dcgmi nvlink -s?")
+    return NvlinkStatus(gpus=tuple(gpus))
+
+
+def parse_dcgmi_nvlink_errors(text: str) -> NvlinkErrors:
+    """``dcgmi nvlink -e -g N`` (one GPU per run; files may hold several runs): the "NVLINK
+    Error Counts" box, a ``GPU N`` header, then per ``Link N`` its CRC FLIT / CRC Data /
+    Replay / Recovery error counts."""
+    require_text(TOOL_DE, text)
+    gpus: list[tuple[int, dict[int, dict[str, int | None]], list[str]]] = []
+    link: int | None = None
+    for raw in text.splitlines():
+        line = raw.strip().strip("+-=")
+        if not line:
+            continue
+        if m := _D_GPU.match(line):
+            gpus.append((int(m.group(1)), {}, []))
+            link = None
+            continue
+        if not gpus:
+            continue
+        if m := _D_LINK.match(line):
+            link = int(m.group(1))
+            gpus[-1][1].setdefault(link, {})
+            line = line[m.end() :]
+        for cm in _D_COUNTER.finditer(line):
+            if link is not None:
+                gpus[-1][1][link][snake(cm.group(1))] = int(cm.group(2))
+        if line.startswith(("Warning", "Error")):
+            gpus[-1][2].append(line)
+    if not gpus:
+        raise ParseError(TOOL_DE, "no 'GPU N' header", hint="is this dcgmi nvlink -e output?")
+    return NvlinkErrors(
+        gpus=tuple(
+            NvlinkErrorGpu(i, f"gpuId {i}", None, counters, tuple(msgs))
+            for i, counters, msgs in gpus
+        )
+    )

@@ -1,8 +1,8 @@
 """perftest ``ib_write_bw`` (and the other ``ib_*_bw``) client/server output.
 
 Bandwidth is normalised to Gb/s (gigabits/s). perftest prints MB/sec unless run with
-``--report_gbits``; its MB is a MiB (2^20 bytes) while Gb is 10^9 bits, so MB/sec values
-are converted with 2^20*8/1e9 and the unit seen is kept in ``reported_unit``. Server and
+``--report_gbits``; its MB is read as 10^6 bytes (decimal, like its Gb: 1 MB/sec = 0.008
+Gb/sec), not as a MiB, and the unit seen is kept in ``reported_unit``. Server and
 client output may be concatenated in one file: each "BW Test" block is one ``PerftestRun``.
 A run that failed to connect has ``errors`` and no rows: a failure, never a zero.
 """
@@ -17,7 +17,7 @@ from gpuboot.evidence._common import require_text
 
 TOOL = "ib_write_bw"
 
-MIB_PER_S_TO_GBIT_S = 1048576 * 8 / 1e9
+MB_PER_S_TO_GBIT_S = 1e6 * 8 / 1e9  # MB = 10^6 bytes, Gb = 10^9 bits
 
 _TITLE = re.compile(r"^\s*(\S.*?BW Test)\s*$")
 _COLS = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\S+)\]\s+BW average\[(\S+)\]", re.I)
@@ -84,7 +84,7 @@ class PerftestResult:
 
 def _to_gbits(value: float, unit: str | None) -> float:
     if unit and unit.lower().startswith("mb"):
-        return value * MIB_PER_S_TO_GBIT_S
+        return value * MB_PER_S_TO_GBIT_S
     if unit and unit.lower().startswith("gb"):
         return value
     raise ParseError(TOOL, f"unknown bandwidth unit {unit!r}")

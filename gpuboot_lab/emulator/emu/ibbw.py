@@ -242,7 +242,7 @@ def table(rows: list[dict[str, float]], gbits: bool) -> list[str]:
     unit = "Gb/sec" if gbits else "MB/sec"
     lines = [f" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"]
     for r in rows:
-        conv = 1.0 if gbits else 1e9 / 8 / 1048576
+        conv = 1.0 if gbits else 1e9 / 8 / 1e6  # MB/sec: 10^6 bytes, as gpuboot reads it
         lines.append(
             f" {int(r['size']):<7d}    {int(r['iters']):<7d}          "
             f"{r['peak'] * conv:<7.2f}            {r['avg'] * conv:<7.2f}\t\t   "
