@@ -67,12 +67,12 @@ class Screen:
         stream: IO[str],
         *,
         tty: bool | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         columns: int | None = None,
     ):
         self.stream = stream
         self.tty = stream.isatty() if tty is None else tty
-        self.clock = clock
+        self.clock = clock or (lambda: time.time())  # looked up per call: a replay sets it
         self.columns = columns
         self.text = ""  # the status line as it stands
         self.shown = False  # a status row is on the screen (terminal)
@@ -323,8 +323,10 @@ class InstallProgress:
         head = f"{self.label}: "
         if self.batch_of > 1:
             head += f"batch {self.batch_no}/{self.batch_of}, "
+        running = sum(1 for h in self.batch_hosts if h not in self.final)
         text = (
-            f"{head}{done}/{self.total} hosts done: "
+            f"{head}{done}/{self.total} hosts done"
+            + (f", {running} running: " if running and not final else ": ")
             + ", ".join(f"{n} {k}" for k, n in counts.items())
             + f" | {duration(elapsed)}"
         )
@@ -368,6 +370,8 @@ class RunProgress:
 
     def phase(self, name: str, hosts: list[str] | None = None) -> None:
         with self.screen.lock:
+            if self.hosts:  # how the phase before ended, whatever the rate
+                self.screen.status(self._text(final=True), force=True)
             self.phase_name, self.hosts = name, sort_hosts(hosts or [])
             self.phase_started = self.clock()
             self.since, self.took, self.slow = {}, {}, set()

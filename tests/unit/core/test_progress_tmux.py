@@ -1,0 +1,76 @@
+"""`gpuboot install` progress on a real terminal: the recorded 10-node install
+(tests/fixtures/runner) replayed through the real command in a tmux pane of 8 rows (fewer
+than the hosts: a per-host display cannot fit), captured many times while it runs.
+
+Every capture shows the status line as the pane's last line; once done, the pane and its
+whole history hold only the lines meant to stay (batch starts, the failed and the
+unreachable host, the final status): no redraw ever scrolled a row away."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RUNNER = Path(__file__).parents[2] / "fixtures" / "runner"
+sys.path.insert(0, str(RUNNER))
+import replay_install as replay
+
+ROWS, COLUMNS = 8, 100
+REPLAY_S = 8.0  # the 10-minute recording, replayed in about this long
+STATUS = re.compile(r"^install: (batch \d/2, )?\d+/10 hosts done")
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make setup)")
+
+
+def _tmux(sock: str, *args: str) -> str:
+    return subprocess.run(
+        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=True, timeout=20
+    ).stdout
+
+
+def test_terminal_progress_stays_within_the_pane(tmp_path):
+    events = replay.load()
+    speed = (replay.created(events[-1]) - replay.created(events[0])) / REPLAY_S
+    sock = f"gpuboot-progress-{os.getpid()}"
+    command = (
+        f"{sys.executable} {RUNNER / 'replay_install.py'} {replay.INSTALL_10} {tmp_path} "
+        f"{speed:.1f} > {tmp_path / 'stdout'}; echo REPLAY-DONE; sleep 120"
+    )
+    _tmux(sock, "-f", "/dev/null", "new-session", "-d", "-s", "p", "-x", str(COLUMNS),
+          "-y", str(ROWS), command)  # fmt: skip
+    try:
+        _tmux(sock, "set-option", "-t", "p", "history-limit", "10000")
+        captures = []
+        deadline = time.monotonic() + 20 * REPLAY_S
+        while time.monotonic() < deadline:
+            screen = _tmux(sock, "capture-pane", "-p", "-t", "p").splitlines()
+            if any("REPLAY-DONE" in line for line in screen):
+                break
+            captures.append(screen)
+            time.sleep(0.05)
+        whole = _tmux(sock, "capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", "p")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], check=False, timeout=20)
+    shown = [c for c in captures if any(line.strip() for line in c)]
+    assert len(shown) > 20  # captured at many points of the run
+    for screen in shown:
+        assert len(screen) <= ROWS
+        last = [line for line in screen if line.strip()][-1]
+        assert STATUS.match(last), screen  # the status line, always in view
+        assert len(last) < COLUMNS  # one row: it never wraps
+    lines = [line for line in whole.splitlines() if line.strip()]
+    assert lines[-1] == "REPLAY-DONE"
+    kept = lines[:-1]
+    assert [line for line in kept if STATUS.match(line)] == [kept[-1]]  # only the final one
+    assert kept[-1].startswith("install: batch 2/2, 10/10 hosts done: 0 ok, 8 changed, 1 f")
+    events_kept = kept[:-1]
+    assert len(events_kept) == 4, events_kept  # two batch starts, node3, node8
+    assert any(line.startswith("node3 FAILED at REPO-003") for line in events_kept)
+    assert any(line.startswith("node8 UNREACHABLE at") for line in events_kept)
