@@ -323,11 +323,17 @@ def _remediate_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
 
 
 def _verdict_text(report: dict[str, Any]) -> str:
-    from gpuboot.ui import printable, table
+    from gpuboot.progress import sort_hosts
+    from gpuboot.ui import host_ranges, printable, table
 
-    rows = []
-    for node in report["nodes"]:
+    rows, passed = [], {}
+    by_host = {n["host"]: n for n in report["nodes"]}
+    order = {"FAIL": 0, "ERROR": 1, "WARN": 2}  # failures first; PASS nodes folded below
+    for node in sorted(by_host.values(), key=lambda n: order.get(n["verdict"], 3)):
         bad = _not_passed(node)
+        if not bad and node["verdict"] == "PASS":
+            passed.setdefault(_checks_summary(node), []).append(node["host"])
+            continue
         first = bad[0] if bad else None
         rows.append(
             (
@@ -337,6 +343,9 @@ def _verdict_text(report: dict[str, Any]) -> str:
                 first["reason"] if first else _checks_summary(node),
             )
         )
+    for summary, hosts in passed.items():  # identical results: one row ("node[1-37]")
+        count = f"{len(hosts)} nodes: " if len(hosts) > 1 else ""
+        rows.append((host_ranges(sort_hosts(hosts)), "PASS", "", count + summary))
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
         host = printable(node["host"], one_line=True)
@@ -874,8 +883,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--repo",
         action="append",
         metavar="INDEX",
-        help="the mirror's apt Packages index (file, directory or URL; repeatable): resolve "
-        "Depends/Pre-Depends from it (default: the pinned packages only)",
+        help="the mirror's apt Packages index or dnf repodata (file, directory or URL; "
+        "repeatable): resolve the dependencies from it (default: the pinned packages only)",
     )
     mi.add_argument(
         "--probe-tools",
@@ -883,7 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VERSION",
         help="the site's probe-tools package (gpuboot_probe_tools_packages), repeatable",
     )
-    mi.add_argument("--arch", default="amd64", help="architecture of the index (default amd64)")
+    mi.add_argument("--arch", help="architecture to resolve for (default amd64; x86_64 on redhat)")
     mi.set_defaults(func=cmd_mirror)
 
     rn = verbs.add_parser(

@@ -176,7 +176,7 @@ def mirror(
     os_family: str,
     repos: list[str] | tuple[str, ...] = (),
     extra: list[str] | tuple[str, ...] = (),
-    arch: str = "amd64",
+    arch: str | None = None,
 ) -> dict[str, Any]:
     """What an offline mirror must hold: the pinned packages (and ``extra`` NAME=VERSION),
     with ``repos`` their whole dependency closure from those indexes (gpuboot.mirror)."""
@@ -197,16 +197,10 @@ def mirror(
             "scope": "top-level",
             "packages": [{"name": n, "version": v, "pinned": True} for n, v in pins],
         }
-    if os_family != "debian":
-        raise BadInput(
-            "--repo reads apt Packages indexes only; a dnf repository's closure "
-            "(repodata primary.xml) is not computed yet",
-            where="gpuboot mirror --repo",
-            hint="drop --repo for the top-level list, or use --os-family debian",
-        )
     from gpuboot import mirror as closure_mod
 
-    found = closure_mod.closure(closure_mod.load(list(repos), arch), pins)
+    arch = arch or ("amd64" if os_family == "debian" else "x86_64")
+    found = closure_mod.closure(closure_mod.load(list(repos), arch, os_family), pins)
     return {
         **doc,
         "scope": "closure",

@@ -7,24 +7,32 @@ an alternative (``a | b``) already in the closure wins, else the first one the i
 satisfy; a versioned constraint (``<<``, ``<=``, ``=``, ``>=``, ``>>``) picks the
 highest version that meets it; a name no package carries is a virtual package, met by
 a ``Provides`` (versioned provides for versioned constraints). What the index cannot
-satisfy is listed with the package that needs it. Recommends and Suggests are left out
-(the roles install with apt's --no-install-recommends semantics only where asked).
+satisfy is listed with the package that needs it. Recommends and Suggests are left out.
+A dnf repository reads the same way from its repodata's primary.xml: each Requires is a
+group of one, Provides and the files primary lists meet them (``/bin/sh``), versions in
+rpm's order; rpmlib() requirements are rpm's own; rich (boolean) dependencies are not
+evaluated and show as unsatisfied.
 """
 
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import lzma
 import urllib.error
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuboot.errors import BadInput
-from gpuboot.stacks.versions import dpkg_compare
+from gpuboot.stacks.versions import compare_versions, dpkg_compare
+
+Compare = Callable[[str, str], int]
 
 # An index bigger than this is not a Packages file (Debian's whole main is ~50 MB).
 MAX_INDEX_BYTES = 512 * 1024 * 1024
@@ -32,8 +40,9 @@ FETCH_TIMEOUT_S = 60
 _INDEX_NAMES = ("Packages", "Packages.gz", "Packages.xz", "Packages.bz2")
 _OPS = ("<<", "<=", ">=", ">>", "=", "<", ">")  # two-character ones first
 _REPO_HINT = (
-    "give an apt Packages index (Packages, .gz, .xz, .bz2), a directory that holds one, "
-    "or its http(s):// URL, e.g. --repo https://mirror/cuda/ubuntu2204/x86_64/"
+    "give an apt Packages index (Packages, .gz, .xz, .bz2) or a dnf repository (its root "
+    "with repodata/, or primary.xml[.gz]), as a path, directory or http(s):// URL, "
+    "e.g. --repo https://mirror/cuda/ubuntu2204/x86_64/"
 )
 
 
@@ -48,12 +57,12 @@ class Rel:
     def __str__(self) -> str:
         return f"{self.name} ({self.op} {self.version})" if self.op else self.name
 
-    def allows(self, version: str | None) -> bool:
+    def allows(self, version: str | None, compare: Compare = dpkg_compare) -> bool:
         if self.op is None:
             return True
         if version is None:  # an unversioned Provides meets no versioned constraint
             return False
-        order = dpkg_compare(version, str(self.version))
+        order = compare(version, str(self.version))
         op = {"<": "<=", ">": ">="}.get(self.op, self.op)  # obsolete spellings
         return {
             "<<": order < 0,
@@ -153,7 +162,7 @@ def parse_packages(text: str, repository: str) -> list[Entry]:
     return entries
 
 
-def _decompress(data: bytes, where: str) -> str:
+def _decompress(data: bytes, where: str) -> bytes:
     try:
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
@@ -165,7 +174,7 @@ def _decompress(data: bytes, where: str) -> str:
         raise BadInput(f"cannot decompress the index: {exc}", where=where, hint=_REPO_HINT) from exc
     if len(data) > MAX_INDEX_BYTES:
         raise BadInput("the index is too large to be a Packages file", where=where, hint=_REPO_HINT)
-    return data.decode("utf-8", errors="replace")
+    return data
 
 
 def _fetch(url: str) -> bytes:
@@ -177,70 +186,160 @@ def _fetch(url: str) -> bytes:
     return data
 
 
-def read_index(source: str) -> str:
-    """The text of the Packages index ``source`` names (path, directory or URL)."""
-    if "://" in source:
-        if source.endswith("/"):
-            errors = []
-            for name in ("Packages.gz", "Packages.xz", "Packages"):
-                try:
-                    return _decompress(_fetch(source + name), source + name)
-                except BadInput as exc:
-                    errors.append(exc.message)
-            raise BadInput(
-                f"no Packages index under this URL ({'; '.join(errors)})",
-                where=source,
-                hint=_REPO_HINT,
-            )
-        return _decompress(_fetch(source), source)
-    path = Path(source).expanduser()
-    if path.is_dir():
-        found = [path / n for n in _INDEX_NAMES if (path / n).is_file()]
-        if not found:
-            raise BadInput(
-                f"no {' / '.join(_INDEX_NAMES)} in this directory", where=source, hint=_REPO_HINT
-            )
-        path = found[0]
+def _read(ref: str) -> bytes:
+    """One file, by path or URL, decompressed."""
+    if "://" in ref:
+        return _decompress(_fetch(ref), ref)
     try:
-        with path.open("rb") as fh:
+        with Path(ref).expanduser().open("rb") as fh:
             data = fh.read(MAX_INDEX_BYTES + 1)
     except OSError as exc:
         raise BadInput(
-            f"cannot read the index: {exc.strerror or exc}", where=source, hint=_REPO_HINT
+            f"cannot read the index: {exc.strerror or exc}", where=ref, hint=_REPO_HINT
         ) from exc
-    return _decompress(data, source)
+    return _decompress(data, ref)
+
+
+def _first(refs: list[str], where: str) -> tuple[str, bytes]:
+    errors = []
+    for ref in refs:
+        try:
+            return ref, _read(ref)
+        except BadInput as exc:
+            errors.append(exc.message)
+    raise BadInput(
+        f"no Packages index or repodata here ({'; '.join(errors)})", where=where, hint=_REPO_HINT
+    )
+
+
+def _primary_href(repomd: bytes, where: str) -> str:
+    try:
+        root = ET.fromstring(repomd)
+    except ET.ParseError as exc:
+        raise BadInput(f"repomd.xml does not parse: {exc}", where=where, hint=_REPO_HINT) from exc
+    for data in root.iter(f"{{{_REPO_NS}}}data"):
+        location = data.find(f"{{{_REPO_NS}}}location")
+        if data.get("type") == "primary" and location is not None:
+            return str(location.get("href"))
+    raise BadInput("repomd.xml names no primary metadata", where=where, hint=_REPO_HINT)
+
+
+def read_entries(source: str) -> list[Entry]:
+    """The packages ``source`` names: an apt Packages index or a dnf repository's
+    repodata (repomd.xml, or primary.xml itself), as a file, a directory or a URL."""
+    remote = "://" in source
+    if remote and source.endswith("/"):
+        refs = [source + "repodata/repomd.xml"] + [source + n for n in _INDEX_NAMES[1:]]
+        refs.append(source + "Packages")
+        ref, data = _first(refs, source)
+    elif not remote and Path(source).expanduser().is_dir():
+        base = Path(source).expanduser()
+        names = ["repodata/repomd.xml", *_INDEX_NAMES]
+        found = [str(base / n) for n in names if (base / n).is_file()]
+        if not found:
+            raise BadInput(
+                f"no repodata/repomd.xml or {' / '.join(_INDEX_NAMES)} in this directory",
+                where=source,
+                hint=_REPO_HINT,
+            )
+        ref, data = found[0], _read(found[0])
+    else:
+        ref, data = source, _read(source)
+    head = data[:4096].lstrip()
+    if head.startswith(b"<"):
+        if b"<repomd" in head:  # the repository's root: primary.xml is where it says
+            top = ref.rsplit("/", 2)[0]  # <root>/repodata/repomd.xml -> <root>
+            data = _read(f"{top}/{_primary_href(data, ref)}")
+        return parse_primary(data, source)
+    return parse_packages(data.decode("utf-8", errors="replace"), source)
+
+
+# ---------------------------------------------------------------- dnf repodata
+_COMMON_NS = "http://linux.duke.edu/metadata/common"
+_RPM_NS = "http://linux.duke.edu/metadata/rpm"
+_REPO_NS = "http://linux.duke.edu/metadata/repo"
+_RPM_FLAGS = {"EQ": "=", "LT": "<<", "LE": "<=", "GT": ">>", "GE": ">="}
+
+
+def _evr(node: ET.Element) -> str | None:
+    ver = node.get("ver")
+    if ver is None:
+        return None
+    epoch, rel = node.get("epoch") or "0", node.get("rel")
+    return ("" if epoch == "0" else f"{epoch}:") + ver + (f"-{rel}" if rel else "")
+
+
+def _rpm_rel(node: ET.Element) -> Rel:
+    flags, evr = node.get("flags"), _evr(node)
+    op = _RPM_FLAGS.get(flags or "")
+    return Rel(str(node.get("name")), op, evr) if op and evr else Rel(str(node.get("name")))
+
+
+def parse_primary(data: bytes, repository: str) -> list[Entry]:
+    """The entries of a dnf repository's primary.xml: Requires as single-alternative
+    groups (rpmlib() ones are rpm's own), Provides plus the files primary lists."""
+    c, r = f"{{{_COMMON_NS}}}", f"{{{_RPM_NS}}}"
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise BadInput(
+            f"primary.xml does not parse: {exc}", where=repository, hint=_REPO_HINT
+        ) from exc
+    entries = []
+    for pkg in root.iter(f"{c}package"):
+        name, arch, version = pkg.find(f"{c}name"), pkg.find(f"{c}arch"), pkg.find(f"{c}version")
+        if name is None or version is None or _evr(version) is None:
+            raise BadInput("a package without name or version", where=repository, hint=_REPO_HINT)
+        fmt = pkg.find(f"{c}format")
+        provides: list[Rel] = []
+        requires: list[tuple[Rel, ...]] = []
+        if fmt is not None:
+            provides = [_rpm_rel(e) for e in fmt.iterfind(f"{r}provides/{r}entry")]
+            provides += [Rel(str(f.text)) for f in fmt.iterfind(f"{c}file") if f.text]
+            for e in fmt.iterfind(f"{r}requires/{r}entry"):
+                rel = _rpm_rel(e)
+                if not rel.name.startswith("rpmlib(") and (rel,) not in requires:
+                    requires.append((rel,))
+        entries.append(
+            Entry(
+                name=str(name.text),
+                version=str(_evr(version)),
+                arch=str(arch.text if arch is not None else "noarch"),
+                depends=tuple(requires),
+                provides=tuple(provides),
+                repository=repository,
+            )
+        )
+    return entries
 
 
 class Index:
-    """The packages of one or more repositories, for one architecture (and ``all``)."""
+    """The packages of one or more repositories, for one architecture (and the
+    architecture-independent ones), ordered the way the OS family's package manager does."""
 
-    def __init__(self, entries: list[Entry], arch: str = "amd64"):
+    def __init__(self, entries: list[Entry], arch: str = "amd64", os_family: str = "debian"):
+        self.compare: Compare = functools.partial(compare_versions, os_family=os_family)
         self.by_name: dict[str, list[Entry]] = {}
         self.providers: dict[str, list[tuple[Entry, Rel]]] = {}
         for e in entries:
-            if e.arch not in (arch, "all"):
+            if e.arch not in (arch, "all", "noarch"):
                 continue
             self.by_name.setdefault(e.name, []).append(e)
             for p in e.provides:
                 self.providers.setdefault(p.name, []).append((e, p))
-        for versions in self.by_name.values():  # highest first, as apt's candidate
-            versions.sort(key=_Key)
+        for versions in self.by_name.values():  # highest first, as apt's/dnf's candidate
+            versions.sort(key=self.newest_first)
+
+    def newest_first(self, entry: Entry) -> Any:
+        return functools.cmp_to_key(lambda a, b: self.compare(b.version, a.version))(entry)
 
     def exact(self, name: str, version: str) -> Entry | None:
-        return next((e for e in self.by_name.get(name, ()) if e.version == version), None)
+        return next(
+            (e for e in self.by_name.get(name, ()) if self.compare(e.version, version) == 0), None
+        )
 
     def versions(self, name: str) -> list[str]:
         return [e.version for e in self.by_name.get(name, ())]
-
-
-class _Key:
-    """Sort key: higher Debian version first."""
-
-    def __init__(self, entry: Entry):
-        self.v = entry.version
-
-    def __lt__(self, other: _Key) -> bool:
-        return dpkg_compare(self.v, other.v) > 0
 
 
 @dataclass
@@ -269,10 +368,10 @@ class Closure:
 def _held(index: Index, chosen: dict[str, Entry], rel: Rel) -> Entry | None:
     """The entry of the closure that meets ``rel`` (itself or through a Provides)."""
     own = chosen.get(rel.name)
-    if own is not None and rel.allows(own.version):
+    if own is not None and rel.allows(own.version, index.compare):
         return own
     for e, p in index.providers.get(rel.name, ()):
-        if chosen.get(e.name) is e and rel.allows(p.version):
+        if chosen.get(e.name) is e and rel.allows(p.version, index.compare):
             return e
     return None
 
@@ -284,16 +383,18 @@ def _pick(index: Index, rel: Rel, chosen: dict[str, Entry]) -> tuple[Entry | Non
         if rel.name in chosen:  # one version per package: the closure's does not fit
             return None, f"the closure holds {chosen[rel.name].pin()}"
         for e in real:
-            if rel.allows(e.version):
+            if rel.allows(e.version, index.compare):
                 return e, ""
         return None, f"the mirror has {rel.name} {', '.join(e.version for e in real)} only"
     offers = [
         e
         for e, p in index.providers.get(rel.name, [])
-        if rel.allows(p.version) and (e.name not in chosen or chosen[e.name] is e)
+        if rel.allows(p.version, index.compare) and (e.name not in chosen or chosen[e.name] is e)
     ]
-    if offers:  # a virtual package: the first provider by name, its highest version
-        return sorted(offers, key=lambda e: (e.name, _Key(e)))[0], ""
+    if offers:  # a virtual package (or a file): the first provider by name, its newest
+        return sorted(offers, key=lambda e: (e.name, index.newest_first(e)))[0], ""
+    if rel.name.startswith("/"):  # a file dependency (rpm): met by a package's file list
+        return None, f"no package in the mirror provides the file {rel.name}"
     return None, f"no package {rel.name} in the mirror" + (
         " (nor a matching Provides)" if rel.name in index.providers else ""
     )
@@ -358,8 +459,8 @@ def _need(out: Closure, name: str, by: str) -> None:
         needed.append(by)
 
 
-def load(sources: list[str], arch: str = "amd64") -> Index:
+def load(sources: list[str], arch: str = "amd64", os_family: str = "debian") -> Index:
     entries: list[Entry] = []
     for source in sources:
-        entries.extend(parse_packages(read_index(source), source))
-    return Index(entries, arch)
+        entries.extend(read_entries(source))
+    return Index(entries, arch, os_family)

@@ -163,3 +163,67 @@ def test_lab_index_closure_of_a_stack_and_the_probe_tools(lab_index):
         "mirror", "--stack", "lts-550-cuda12.4", "--repo", str(lab_index / "Packages")
     ).stdout
     assert "UNSATISFIED linux-image-5.15.0-119-generic" in text
+
+
+EL9 = Path(__file__).parents[2] / "fixtures" / "mirror" / "lab-el9-x86_64"
+# A distro repository's answer for what NVIDIA's packages leave to it (written here by
+# hand, in createrepo_c's layout): bash ships /bin/sh, listed among primary's files.
+DISTRO_PRIMARY = """<?xml version="1.0" encoding="UTF-8"?>
+<metadata xmlns="http://linux.duke.edu/metadata/common"
+  xmlns:rpm="http://linux.duke.edu/metadata/rpm" packages="1">
+<package type="rpm">
+  <name>bash</name><arch>x86_64</arch><version epoch="0" ver="5.1.8" rel="9.el9"/>
+  <format>
+    <rpm:provides><rpm:entry name="bash" flags="EQ" epoch="0" ver="5.1.8" rel="9.el9"/>
+    </rpm:provides>
+    <rpm:requires><rpm:entry name="rpmlib(BuiltinLuaScripts)" flags="LE" epoch="0"
+      ver="4.2.2" rel="1"/></rpm:requires>
+    <file>/bin/sh</file><file>/usr/bin/bash</file>
+  </format>
+</package>
+</metadata>
+"""
+
+
+def test_dnf_repodata_closure_from_the_labs_createrepo_output(tmp_path):
+    """The lab's el9 repository as createrepo_c wrote it (repomd.xml -> primary.xml.gz):
+    exact NEVRA pins with epochs, the file dependency /bin/sh named until a repository
+    that ships it is given too."""
+    proc = gpuboot(
+        "mirror",
+        "--stack",
+        "lts-550-cuda12.4",
+        "--os-family",
+        "redhat",
+        "--repo",
+        str(EL9),
+        "--json",
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    chosen = {p["name"]: p["version"] for p in doc["packages"]}
+    assert chosen["nvidia-driver"] == "3:550.54.15-1.el9"  # not 550.127.08, also served
+    assert chosen["datacenter-gpu-manager"] == "1:3.3.9-1"
+    needs = {(u["package"], u["needs"]) for u in doc["unsatisfied"]}
+    assert ("nvidia-fabric-manager", "/bin/sh") in needs
+    assert any("provides the file /bin/sh" in u["reason"] for u in doc["unsatisfied"])
+    assert ("kernel", "kernel (= 5.14.0-427.13.1.el9_4)") in needs  # the lab serves none
+    distro = tmp_path / "primary.xml"
+    distro.write_text(DISTRO_PRIMARY)
+    both = json.loads(
+        gpuboot(
+            "mirror",
+            "--stack",
+            "lts-550-cuda12.4",
+            "--os-family",
+            "redhat",
+            "--repo",
+            str(EL9),
+            "--repo",
+            str(distro),
+            "--json",
+        ).stdout
+    )
+    assert not [u for u in both["unsatisfied"] if u["needs"] == "/bin/sh"]
+    bash = next(p for p in both["packages"] if p["name"] == "bash")
+    assert bash["provides_for"] == ["/bin/sh"] and "nvidia-fabric-manager" in bash["required_by"]
