@@ -323,13 +323,14 @@ def _remediate_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
 
 
 def _verdict_text(report: dict[str, Any]) -> str:
-    from gpuboot.progress import sort_hosts
+    from gpuboot.report._util import host_key
     from gpuboot.ui import host_ranges, printable, table
 
     rows, passed = [], {}
-    by_host = {n["host"]: n for n in report["nodes"]}
     order = {"FAIL": 0, "ERROR": 1, "WARN": 2}  # failures first; PASS nodes folded below
-    for node in sorted(by_host.values(), key=lambda n: order.get(n["verdict"], 3)):
+    for node in sorted(
+        report["nodes"], key=lambda n: (order.get(n["verdict"], 3), host_key(n["host"]))
+    ):
         bad = _not_passed(node)
         if not bad and node["verdict"] == "PASS":
             passed.setdefault(_checks_summary(node), []).append(node["host"])

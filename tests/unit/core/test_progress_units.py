@@ -194,3 +194,21 @@ def test_install_table_folds_and_names_failures_first():
     assert text[2].split()[:3] == ["node12", "1", "FAILED"]
     assert text[3].split()[:6] == ["node[1-11,13-37]", "36", "ok", "40", "0", "0"]
     assert text[-1] == "37 hosts: 36 ok, 0 changed, 1 failed"
+
+
+def test_certify_table_puts_failures_first_and_folds_passing_nodes():
+    def node(host: str, status: str) -> dict:
+        finding = {"rule": "GPU-001", "title": "GPU count", "status": status, "reason": "r"}
+        return {"host": host, "verdict": status, "findings": [finding]}
+
+    nodes = [node(f"node{i}", "PASS") for i in range(1, 38)]
+    nodes[11] = node("node12", "FAIL")
+    nodes[29] = node("node30", "ERROR")
+    rows = cli._verdict_text({"nodes": nodes}).splitlines()[2:]
+    assert [r.split()[:2] for r in rows[:3]] == [
+        ["node12", "FAIL"],
+        ["node30", "ERROR"],
+        ["node[1-11,13-29,31-37]", "PASS"],
+    ]
+    assert rows[2].endswith("35 nodes: 1 checks passed")
+    assert len(rows) == 3
