@@ -173,7 +173,7 @@ def lab_inventory(tmp_path, monkeypatch):
 
 
 def test_install_check_diff_prints_the_differences(monkeypatch, capsys, lab_inventory):
-    def fake_run(spec, show, into):  # the play, as ansible-runner would have recorded it
+    def fake_run(spec, show, into, **_hooks):  # the play, as ansible-runner recorded it
         run_id, run_dir = into
         events = fleet_events()
         write_events(run_dir, events)
