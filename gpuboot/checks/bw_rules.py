@@ -180,8 +180,8 @@ def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
         try:
             diag = parse(out.stdout)
         except GpubootError:
-            first = next((ln.strip() for ln in out.stdout.splitlines() if ln.strip()), "")
-            why = tool_failure("dcgmi", out) or (first if first.startswith("Error") else None)
+            said = [ln.strip() for ln in out.stdout.splitlines() if ln.startswith("Error")]
+            why = tool_failure("dcgmi", out) or ("; ".join(said) if said else None)
             if why:
                 raise ProbeFailed(f"dcgmi diag did not run: {why}", where=name) from None
             raise
@@ -217,7 +217,7 @@ def _dcgm_tests(diag) -> list[tuple[str, str, str]]:
             where = f" on GPU {', '.join(gpus)}" if gpus else ""
             why = _short(hardware or reasons)
             if reasons and not hardware:
-                out.append((test, ERROR, f"{test}: {why}"))
+                out.append((test, ERROR, f"{test}: {harness_fault(reasons[0])} ({why})"))
             else:
                 out.append((test, FAIL, f"{test} failed{where}" + (f": {why}" if why else "")))
         elif (
@@ -230,7 +230,7 @@ def _dcgm_tests(diag) -> list[tuple[str, str, str]]:
     return out
 
 
-def _short(texts: tuple[str, ...] | list[str], limit: int = 160) -> str:
+def _short(texts: tuple[str, ...] | list[str], limit: int = 200) -> str:
     text = " / ".join(texts)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -113,10 +113,11 @@ _HARNESS = re.compile(
 )
 
 
-def harness_fault(reason: str) -> bool:
-    """True when DCGM's reason text says the test could not run properly (installation,
-    plugin, permissions, unsupported), not that the GPU failed what it measured."""
-    return bool(_HARNESS.search(reason))
+def harness_fault(reason: str) -> str | None:
+    """The words of DCGM's reason text saying the test could not run properly (installation,
+    plugin, permissions, unsupported), not that the GPU failed what it measured; else None."""
+    m = _HARNESS.search(reason)
+    return m.group(0) if m else None
 
 
 def parse_dcgmi_diag_text(text: str) -> DcgmDiag:
@@ -149,7 +150,7 @@ def parse_dcgmi_diag_text(text: str) -> DcgmDiag:
         if note and (name.lower() in ("warning", "error", "info") or note.group(2)):
             kind, gpu = note.group(1).lower(), note.group(2) or _first_gpu(value)
             if kind == "error" and test is None:  # the run stopped before any test (3.x)
-                test = "Error"
+                test = f"{category} checks"
                 results.append(DiagResult(category, test, "Fail", gpu_id=gpu))
             notes.append(DiagNote(test, kind, gpu, cell))
             continue
