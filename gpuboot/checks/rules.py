@@ -24,37 +24,13 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
     Rule,
     probe,
 )
-from gpuboot.checks.smi import gpu_table as _gpu_table
 from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
-from gpuboot.evidence.kernel_log import parse_kernel_log
-
+from gpuboot.evidence.forms import patterns as _forms  # every form of a tool's output
 
 # ------------------------------------------------------------------------- rules
-def check_gpu_count(evidence: Evidence, ctx: NodeContext) -> str | None:
-    expected = int(ctx.profile["hardware"]["gpu"]["count"])
-    model = ctx.profile["hardware"]["gpu"].get("model")
-    failure, rows, lost = _gpu_table(evidence)
-    if failure:
-        return failure
-    problems = [f"GPU {pci} lost: {msg}" for pci, msg in lost]
-    if len(rows) != expected:
-        problems.insert(0, f"{len(rows)} of {expected} GPUs visible")
-    wrong = [
-        f"GPU {r.text('index')} is {r.text('name')}"
-        for r in rows
-        if model and r.text("name") != model
-    ]
-    problems += [f"{w}, profile expects {model}" for w in wrong]
-    return "; ".join(problems) or None
-
-
-def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
-    failure, rows, _ = _gpu_table(evidence)
-    if failure:
-        return failure
-    off = [r.text("index") for r in rows if r.text("persistence_mode") != "Enabled"]
-    return f"persistence mode off on GPU {', '.join(map(str, off))}" if off else None
+check_gpu_count = gpu_rules.check_gpu_count  # every nvidia-smi form, lost GPUs named
+check_persistence = gpu_rules.check_persistence
 
 
 def check_xid(evidence: Evidence, ctx: NodeContext) -> Result | None:
@@ -63,8 +39,8 @@ def check_xid(evidence: Evidence, ctx: NodeContext) -> Result | None:
     ("caused by previous Xid N") is judged as N; a GPU that fell off the bus without an Xid token
     counts as Xid 79. What NVIDIA asks no recovery for (corrected errors, non-fatal NVLink5
     errors, Xid 154 back to None) is a WARN; a code outside the catalogue fails safe."""
-    text = gpu_rules.kernel_log(evidence)
-    events = [x for x in parse_kernel_log(text).xids if x.info.category != "application"]
+    xids = gpu_rules.kernel_events(evidence, "xids")  # every kernel-log form held
+    events = [x for x in xids if x.info.category != "application"]
     if not events:
         return None
     by_code: dict[int, list] = {}
@@ -108,7 +84,7 @@ def check_sxid(evidence: Evidence, ctx: NodeContext) -> Result | None:
     log lines in the same text. Fatal (or of unstated severity: fail safe) is FAIL; non-fatal is
     WARN once one switch link reports the same SXid SXID_WARN_COUNT times (a report the kernel
     and fabric manager both logged counts once)."""
-    sxids = parse_kernel_log(gpu_rules.kernel_log(evidence)).sxids
+    sxids = gpu_rules.kernel_events(evidence, "sxids")
     fatal: dict[tuple[int, str], set[str]] = {}
     counts: dict[tuple[int, str], dict[str, int]] = {}
     for s in sxids:
@@ -174,7 +150,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reseat or RMA the missing GPU; check `nvidia-smi -q` and the kernel log",
         check_gpu_count,
-        ("nvidia-smi_--query-gpu_--format=csv.csv",),
+        (*_forms("query_gpu", "smi_q"), "nvidia-smi.txt", "nvidia-smi_-i*"),
     ),
     Rule(
         "GPU-002",
@@ -182,7 +158,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "enable nvidia-persistenced (`gpuboot install --tags GPU-002`)",
         check_persistence,
-        ("nvidia-smi_--query-gpu_--format=csv.csv",),
+        _forms("query_gpu", "smi_q"),
     ),
     Rule(
         "XID-001",
@@ -190,7 +166,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
         check_xid,
-        ("dmesg.txt",),
+        _forms("kernel_log"),
     ),
     Rule(
         "XID-002",
@@ -199,7 +175,7 @@ RULES: tuple[Rule, ...] = (
         "reset the GPUs and NVSwitches (fabric manager stopped, `nvidia-smi -r`), reboot if the "
         "SXid returns; check the link of a repeating non-fatal one",
         check_sxid,
-        ("dmesg.txt",),
+        _forms("kernel_log"),
     ),
     Rule(
         "GPU-003",
@@ -207,7 +183,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "wrong GPU SKU fitted: swap it for the profile's model or fix the node's profile",
         gpu_rules.check_pci_ids,
-        ("nvidia-smi_-q.txt",),
+        _forms("smi_q"),
     ),
     Rule(
         "PCI-001",
@@ -215,7 +191,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reseat the GPU/riser, check the slot's BIOS link setting; RMA if lanes stay lost",
         gpu_rules.check_pcie_link,
-        ("nvidia-smi_--query-gpu_--format=csv.csv", "nvidia-smi_-q.txt", "dmesg.txt"),
+        _forms("query_gpu", "smi_q", "kernel_log"),
     ),
     Rule(
         "PCI-002",
@@ -233,7 +209,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "enable ECC (`nvidia-smi -e 1` + reset); uncorrectable errors: " + _RESET,
         gpu_rules.check_ecc,
-        ("nvidia-smi_-q.txt",),
+        _forms("smi_q"),
     ),
     Rule(
         "ECC-002",
@@ -241,7 +217,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         _RESET,
         gpu_rules.check_remap_pending,
-        ("nvidia-smi_-q.txt",),
+        _forms("smi_q"),
     ),
     Rule(
         "ECC-003",
@@ -249,7 +225,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         _RMA,
         gpu_rules.check_remap_failure,
-        ("nvidia-smi_-q.txt",),
+        _forms("smi_q"),
     ),
     Rule(
         "THR-001",
@@ -257,7 +233,7 @@ RULES: tuple[Rule, ...] = (
         WARN,
         "check fans, airflow and inlet temperature; the GPU runs slower while throttled",
         gpu_rules.check_throttle,
-        ("nvidia-smi_-q.txt",),
+        _forms("smi_q"),
     ),
     Rule(
         "MIG-001",
@@ -274,7 +250,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reset the GPUs and check the NVLink/NVSwitch fabric; reseat or RMA if a link stays down",
         fabric_rules.check_nvlink_links,
-        ("nvidia-smi_nvlink_-s.txt",),
+        _forms("nvlink_s"),
     ),
     Rule(
         "NVL-002",
@@ -282,7 +258,7 @@ RULES: tuple[Rule, ...] = (
         WARN,
         "watch the counters; reset the GPUs, and RMA if they keep rising under load",
         fabric_rules.check_nvlink_errors,
-        ("nvidia-smi_nvlink_-e.txt",),
+        _forms("nvlink_e"),
     ),
     Rule(
         "FAB-001",
@@ -304,7 +280,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check cables, transceivers and the switch port; reseat or RMA the NIC",
         fabric_rules.check_nics,
-        ("ibstat.txt",),
+        _forms("nics"),
     ),
     Rule(
         "NIC-002",
@@ -339,7 +315,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "read the failed DCGM test's advice; reset the GPU, RMA if it fails again",
         bw_rules.check_dcgm,
-        ("dcgmi_diag*",),
+        _forms("dcgmi_diag"),
     ),
     Rule(
         "BW-001",
@@ -347,7 +323,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check PCIe link and NUMA/IOMMU settings; reseat the GPU if one GPU is slow",
         bw_rules.nvbandwidth_check("nvbandwidth_h2d"),
-        ("nvbandwidth*.json",),
+        _forms("nvbandwidth"),
     ),
     Rule(
         "BW-002",
@@ -355,7 +331,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check PCIe link and NUMA/IOMMU settings; reseat the GPU if one GPU is slow",
         bw_rules.nvbandwidth_check("nvbandwidth_d2h"),
-        ("nvbandwidth*.json",),
+        _forms("nvbandwidth"),
     ),
     Rule(
         "BW-003",
@@ -363,7 +339,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check NVLink state (NVL-001) and fabric manager; reset the GPUs",
         bw_rules.nvbandwidth_check("nvbandwidth_d2d"),
-        ("nvbandwidth*.json",),
+        _forms("nvbandwidth"),
     ),
     Rule(
         "BW-004",
@@ -371,7 +347,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check NVLink, throttling and PCIe; reset the GPUs and measure again",
         bw_rules.check_all_reduce,
-        ("all_reduce_perf*",),
+        _forms("all_reduce"),
     ),
     Rule(
         "BW-005",
@@ -379,7 +355,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "check the NIC port, cable and switch; compare with ibstat (NIC-001) and QoS (NIC-002)",
         bw_rules.check_ib_write_bw,
-        ("ib_write_bw_*",),
+        _forms("ib_write_bw"),
     ),
     Rule(
         "BW-006",
