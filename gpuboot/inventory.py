@@ -24,14 +24,15 @@ from gpuboot.errors import BadInput, ConfigError
 PROFILE_FIX = "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)"
 # A host names its software either as a whole stack or, for the driver alone, as pins.
 PIN_VARS = ("nvidia_driver_branch", "nvidia_driver_version")
+STREAM_VAR = "nvidia_driver_module_stream"  # EL8/EL9: the driver branch's dnf module stream
 PIN_FIX = (
     "set gpuboot_stack to a stack (`gpuboot matrix list`), or pin the driver alone with "
     'nvidia_driver_branch (e.g. "550") and nvidia_driver_version (e.g. "550.54.15-1")'
 )
 
-# The OS families gpuboot can converge and certify. A stack's redhat pins feed
-# `gpuboot mirror --os-family redhat`; the roles, plan and checks read apt/dpkg only.
-NODE_OS_FAMILIES = ("debian",)
+# The OS families gpuboot can converge and certify: Debian/Ubuntu (apt, dpkg) and
+# RHEL/Rocky/Alma (dnf, rpm, versionlock, module streams on EL8/EL9).
+NODE_OS_FAMILIES = ("debian", "redhat")
 
 # Bounds on what one inventory or vars file may cost to read (Ansible has none: an
 # alias bomb took ~100 s and ~4 GB before it failed).
@@ -565,14 +566,14 @@ def _check_driver_pins(path: Path, host: str, hostvars: dict[str, Any]) -> None:
     from gpuboot.stacks.versions import PACKAGE_VERSION_RE, upstream_of
 
     r = _Reader(str(path))
-    key = {v: f"{host}.{v}" for v in (*PIN_VARS, "nvidia_driver_flavor")}
+    key = {v: f"{host}.{v}" for v in (*PIN_VARS, "nvidia_driver_flavor", STREAM_VAR)}
+    family = str(hostvars.get("gpuboot_os_family", "debian"))
+    example = "3:550.54.15-1.el9" if family == "redhat" else "550.54.15-1"
     branch = hostvars[PIN_VARS[0]]
     if isinstance(branch, int) and not isinstance(branch, bool):
         branch = str(branch)  # an INI inventory's `nvidia_driver_branch=550` is a number
     branch = r.string(branch, key[PIN_VARS[0]], _BRANCH_RE, "550")
-    version = r.string(
-        hostvars[PIN_VARS[1]], key[PIN_VARS[1]], PACKAGE_VERSION_RE["debian"], "550.54.15-1"
-    )
+    version = r.string(hostvars[PIN_VARS[1]], key[PIN_VARS[1]], PACKAGE_VERSION_RE[family], example)
     if not upstream_of(version).startswith(f"{branch}."):
         raise r.error(
             key[PIN_VARS[1]],
@@ -585,6 +586,18 @@ def _check_driver_pins(path: Path, host: str, hostvars: dict[str, Any]) -> None:
         raise r.error(
             key["nvidia_driver_flavor"], f"unknown flavor {flavor!r}", "use open or proprietary"
         )
+    stream = hostvars.get(STREAM_VAR)
+    if family == "redhat" and stream not in (None, ""):
+        # the driver role enables this stream and installs the pins from it: another
+        # branch's (or an unknown) stream would fail on every host, one at a time
+        want = f"nvidia-driver:{branch}-{'open' if flavor == 'open' else 'dkms'}"
+        if stream != want:
+            raise r.error(
+                key[STREAM_VAR],
+                f"module stream {stream!r} is not driver branch {branch}'s "
+                f"({flavor or 'proprietary'} flavor)",
+                f'set {STREAM_VAR}: "{want}", or "" on EL10 (no modularity: versionlock only)',
+            )
 
 
 def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str, Any]:
@@ -625,11 +638,10 @@ def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
     named = ", ".join(f"{h} ({fam})" for h, fam in other.items())
     raise ConfigError(
         f"gpuboot_os_family {family!r} is not supported on nodes ({named}): the roles "
-        "install and pin with apt/dpkg and the checks read dpkg; the dnf/versionlock path "
-        "for RHEL/Rocky is not built",
+        "install and pin with apt/dpkg or dnf/rpm only",
         where=f"{path}: {host}.gpuboot_os_family",
-        hint="run these hosts from a Debian/Ubuntu image (gpuboot_os_family: debian, the "
-        "default); `gpuboot mirror --os-family redhat` still lists a stack's RHEL packages",
+        hint="set gpuboot_os_family to debian (Debian/Ubuntu, the default) or redhat "
+        "(RHEL/Rocky/Alma)",
     )
 
 

@@ -1,7 +1,12 @@
 """Software stack rules: the driver that runs is the pinned one (STK-001), every package
 the stack pins is installed at its version and held (STK-002), so a later unhold or
 upgrade shows up in the next compliance scan, and unattended-upgrades is told to leave
-every pinned package alone (STK-003), the OS baseline's second fence behind the holds."""
+every pinned package alone (STK-003), the OS baseline's second fence behind the holds.
+
+On RHEL/Rocky/Alma nodes the same rules read rpm: the hold is a versionlock entry at the
+installed version (and on EL8/EL9 the driver's module stream is the one enabled), and
+STK-003's fence is dnf-automatic's timers kept off. Which family a node's evidence is
+comes from the files node_collect gathered for it (rpm_-qa.txt: EL)."""
 
 from __future__ import annotations
 
@@ -17,19 +22,32 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.collect import Evidence
+from gpuboot.errors import ParseError
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (
+    DNF_AUTOMATIC_TIMERS,
     UU_BLACKLIST,
     DpkgPackage,
+    RpmPackage,
+    enabled_streams,
     parse_apt_config_list,
     parse_dpkg_query,
+    parse_rpm_query,
     parse_showhold,
+    parse_systemctl_show,
+    parse_versionlock,
+    split_nevr,
+    with_locks,
 )
 from gpuboot.stacks.versions import upstream_of
 
 DPKG = "dpkg-query_-W.txt"
 SHOWHOLD = "apt-mark_showhold.txt"
 APT_CONFIG = "apt-config_dump_Unattended-Upgrade.txt"
+RPM = "rpm_-qa.txt"
+VERSIONLOCK = "dnf_versionlock_list.txt"
+MODULES = "dnf_module_list_--enabled.txt"
+DNF_AUTOMATIC = "systemctl_show_dnf-automatic.txt"
 NV_VERSION = "proc_driver_nvidia_version.txt"
 # Pin lists as the roles take them (gpuboot.stacks.role_vars), with the switch that turns
 # each one off. The kernel is pinned only where gpuboot manages it (not in the lab).
@@ -55,13 +73,34 @@ def _read(evidence: Evidence, name: str) -> str:
     return out.stdout
 
 
-def installed_packages(evidence: Evidence) -> dict[str, DpkgPackage]:
-    """The package database as dpkg-query lists it. dpkg lists itself on every Debian
-    system, so an empty list is an unreadable one, not a node without packages."""
-    packages = parse_dpkg_query(_read(evidence, DPKG))
+def is_el(evidence: Evidence) -> bool:
+    """An EL node's evidence: node_collect read rpm instead of dpkg for it."""
+    return RPM in evidence
+
+
+def installed_packages(evidence: Evidence) -> dict[str, DpkgPackage] | dict[str, RpmPackage]:
+    """The package database as dpkg-query (EL: rpm) lists it. Either lists itself on
+    every system, so an empty list is an unreadable one, not a node without packages."""
+    if is_el(evidence):
+        packages: dict[str, DpkgPackage] | dict[str, RpmPackage] = parse_rpm_query(
+            _read(evidence, RPM)
+        )
+    else:
+        packages = parse_dpkg_query(_read(evidence, DPKG))
     if not packages:
-        raise ProbeFailed("dpkg-query listed no package", where=DPKG)
+        name = RPM if is_el(evidence) else DPKG
+        raise ProbeFailed(f"{name} listed no package", where=name)
     return packages
+
+
+def held_names(evidence: Evidence) -> set[str]:
+    """What the node holds: apt-mark's holds, or (EL) the packages a versionlock entry
+    holds at exactly their installed version."""
+    if not is_el(evidence):
+        return parse_showhold(_read(evidence, SHOWHOLD))
+    rpms = parse_rpm_query(_read(evidence, RPM))
+    locked = with_locks(rpms, parse_versionlock(_read(evidence, VERSIONLOCK)))
+    return {name for name, pkg in locked.items() if pkg.held}
 
 
 def nvidia_version(evidence: Evidence) -> str | None:
@@ -83,11 +122,14 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
             "no driver pin (nvidia_driver_branch/_version) for this host", where=ctx.host
         )
     want = upstream_of(str(pinned))
-    utils = installed_packages(evidence).get(f"nvidia-utils-{branch}")
+    # the userspace package that carries the pinned version: nvidia-utils-<branch> (apt),
+    # nvidia-driver (NVIDIA's RPMs: one name, the branch in the version)
+    name = "nvidia-driver" if is_el(evidence) else f"nvidia-utils-{branch}"
+    utils = installed_packages(evidence).get(name)
     if utils is None or not utils.installed:
-        return f"nvidia-utils-{branch} is not installed (pinned {pinned})"
+        return f"{name} is not installed (pinned {pinned})"
     if utils.version != str(pinned):
-        return f"nvidia-utils-{branch} is {utils.version}, pinned {pinned}"
+        return f"{name} is {utils.version}, pinned {pinned}"
     loaded = nvidia_version(evidence)
     if loaded is None:
         return f"no NVIDIA kernel module loaded (userspace {upstream_of(utils.version)} installed)"
@@ -101,14 +143,22 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 
 def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:
-    """(name, version) of every package the host's stack pins (apt ``name=version``)."""
+    """(name, version) of every package the host's stack pins (apt ``name=version``, dnf
+    ``name-[epoch:]version-release``)."""
+    el = ctx.var("gpuboot_os_family", "debian") == "redhat"
     pins = []
     for var, switch in PIN_LISTS:
         if switch is not None and ctx.var(switch, True) is False:
             continue
         for spec in ctx.var(var) or ():
-            name, _, version = str(spec).partition("=")
-            pins.append((name, version))
+            if not el:
+                name, _, version = str(spec).partition("=")
+                pins.append((name, version))
+                continue
+            try:
+                pins.append(split_nevr(str(spec)))
+            except ParseError as exc:
+                raise MissingEvidence(f"{var}: {exc}", where=ctx.host) from None
     return pins
 
 
@@ -118,12 +168,13 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
         # A host pinned by nvidia_driver_* alone has no package lists: STK-001 covers it.
         return not_applicable("no stack package pins for this host")
     packages = installed_packages(evidence)
-    held = parse_showhold(_read(evidence, SHOWHOLD))
+    held = held_names(evidence)
+    sep = "-" if is_el(evidence) else "="
     missing, moved, loose = [], [], []
     for name, version in pins:
         pkg = packages.get(name)
         if pkg is None or not pkg.installed:
-            missing.append(f"{name}={version}")
+            missing.append(f"{name}{sep}{version}")
         elif pkg.version != version:
             moved.append(f"{name} {pkg.version} (pinned {version})")
         elif name not in held:
@@ -133,15 +184,30 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
         for label, items in (("not installed", missing), ("moved", moved), ("not held", loose))
         if items
     ]
+    if stream := _stream_problem(evidence, ctx):
+        problems.append(stream)
     return "; ".join(problems) or None
 
 
+def _stream_problem(evidence: Evidence, ctx: NodeContext) -> str | None:
+    """EL8/EL9: the driver's module stream is the enabled one (another stream would
+    offer, and a `dnf module switch-to` install, another branch)."""
+    want = str(ctx.var("nvidia_driver_module_stream") or "")
+    if not is_el(evidence) or not want:
+        return None
+    module, _, stream = want.partition(":")
+    enabled = enabled_streams(_read(evidence, MODULES)).get(module)
+    if enabled != stream:
+        return f"module stream {module}:{enabled or '(none)'} enabled, pinned {want}"
+    return None
+
+
 def check_unattended_blacklist(evidence: Evidence, ctx: NodeContext) -> Result | str | None:
-    if ctx.var("gpuboot_os_family", "debian") != "debian":
-        return not_applicable("unattended-upgrades is Debian's")
     pins = pinned_packages(ctx)
     if not pins:
         return not_applicable("no stack package pins for this host")
+    if ctx.var("gpuboot_os_family", "debian") == "redhat":
+        return _dnf_automatic_on(evidence)
     patterns = parse_apt_config_list(_read(evidence, APT_CONFIG), UU_BLACKLIST)
     try:
         # unattended-upgrades matches each entry as a Python regular expression (re.match).
@@ -150,3 +216,19 @@ def check_unattended_blacklist(evidence: Evidence, ctx: NodeContext) -> Result |
         return f"{UU_BLACKLIST} holds an invalid regular expression: {exc}"
     loose = [name for name, _ in pins if not any(rx.match(name) for rx in compiled)]
     return f"unattended-upgrades may upgrade: {', '.join(loose)}" if loose else None
+
+
+def _dnf_automatic_on(evidence: Evidence) -> str | None:
+    """EL: no dnf-automatic timer enabled or running (versionlock holds the pins; the
+    timers would still upgrade everything else around them, unannounced)."""
+    units = parse_systemctl_show(_read(evidence, DNF_AUTOMATIC))
+    missing = [t for t in DNF_AUTOMATIC_TIMERS if t not in units]
+    if missing:
+        raise ProbeFailed(f"systemctl show printed no block for {missing[0]}", where=DNF_AUTOMATIC)
+    on = []
+    for timer in DNF_AUTOMATIC_TIMERS:
+        state = (units[timer].get("UnitFileState"), units[timer].get("ActiveState"))
+        why = [w for w in state if w in ("enabled", "active")]
+        if why:
+            on.append(f"{timer} ({', '.join(why)})")
+    return f"dnf-automatic may upgrade the node: {', '.join(on)}" if on else None

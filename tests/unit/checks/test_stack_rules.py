@@ -99,6 +99,10 @@ def test_a_pin_no_pattern_matches_is_named():
     assert finding.reason == "unattended-upgrades may upgrade: dcgm-exporter"
 
 
-def test_not_applicable_off_debian():
-    finding = _stk003("drifted", gpuboot_os_family="redhat")
-    assert finding.status == "SKIPPED" and not finding.applicable
+def test_off_debian_apt_config_is_not_the_evidence():
+    # EL nodes: STK-003 judges the dnf-automatic timers (tests/unit/evidence/test_rpm.py);
+    # an apt-config dump alone proves nothing there
+    finding = _stk003(
+        "drifted", **role_vars(load_stack("lts-550-cuda12.4"), "redhat"), gpuboot_os_family="redhat"
+    )
+    assert finding.status == "ERROR"
