@@ -124,7 +124,13 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reinstall the stack (`gpuboot install`), then reboot the node",
         stack_rules.check_driver_versions,
-        ("dpkg-query_-W.txt", "proc_driver_nvidia_version.txt", "reboot-required.txt"),
+        # EL nodes: rpm_-qa.txt instead of dpkg-query (node_collect.package_probes)
+        (
+            "dpkg-query_-W.txt",
+            "rpm_-qa.txt",
+            "proc_driver_nvidia_version.txt",
+            "reboot-required.txt",
+        ),
     ),
     Rule(
         "STK-002",
@@ -133,7 +139,13 @@ RULES: tuple[Rule, ...] = (
         "re-pin the stack (`gpuboot install --tags STK-002`): it installs the pinned versions and "
         "holds them; find who ran `apt-mark unhold` or upgraded past the hold",
         stack_rules.check_pinned_packages,
-        ("dpkg-query_-W.txt", "apt-mark_showhold.txt"),
+        (
+            "dpkg-query_-W.txt",
+            "apt-mark_showhold.txt",
+            "rpm_-qa.txt",
+            "dnf_versionlock_list.txt",
+            "dnf_module_list_--enabled.txt",
+        ),
     ),
     Rule(
         "STK-003",
@@ -142,7 +154,7 @@ RULES: tuple[Rule, ...] = (
         "re-apply the OS baseline (`gpuboot install --tags STK-003`): it writes "
         "/etc/apt/apt.conf.d/51gpuboot-unattended-upgrades",
         stack_rules.check_unattended_blacklist,
-        ("apt-config_dump_Unattended-Upgrade.txt",),
+        ("apt-config_dump_Unattended-Upgrade.txt", "systemctl_show_dnf-automatic.txt"),
     ),
     Rule(
         "GPU-001",
@@ -270,6 +282,7 @@ RULES: tuple[Rule, ...] = (
         (
             "systemctl_is-active_nvidia-fabricmanager.txt",
             "dpkg-query_-W.txt",
+            "rpm_-qa.txt",
             "proc_driver_nvidia_version.txt",
             "nvidia-smi_-q.txt",
         ),
