@@ -1,7 +1,7 @@
 """`gpuboot plan`: what each node has now against what its stack wants (read-only),
 and the nodes grouped by identical change set.
 
-One SSH round trip per node (`dpkg-query -W`), all nodes in parallel; nothing is
+One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL), all nodes in parallel; nothing is
 changed on any node. A node that cannot be reached is reported as such (with what ssh
 said) and the others are still planned.
 """
@@ -13,7 +13,12 @@ from typing import Any
 
 from gpuboot import paths
 from gpuboot.errors import ParseError
-from gpuboot.evidence.packages import DPKG_QUERY, installed_versions
+from gpuboot.evidence.packages import (
+    DPKG_QUERY,
+    RPM_QUERY,
+    installed_rpm_versions,
+    installed_versions,
+)
 from gpuboot.hostnames import compact, natural, natural_key
 from gpuboot.inventory import load_inventory, select_hosts
 from gpuboot.remote import RemoteTimeout, run_with_deadline
@@ -25,16 +30,30 @@ READ_TIMEOUT_S = 120
 
 
 def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
-    """Hosts pinned by nvidia_driver_* alone: the driver role's four packages."""
+    """Hosts pinned by nvidia_driver_* alone: the driver role's packages (its vars/main.yml:
+    four per branch on Debian, NVIDIA's eight RPM names on EL)."""
     branch, version = hostvars["nvidia_driver_branch"], hostvars["nvidia_driver_version"]
     suffix = "-open" if hostvars.get("nvidia_driver_flavor") == "open" else ""
-    items = []
-    for pkg in (
+    names = (
         f"nvidia-driver-{branch}{suffix}",
         f"nvidia-dkms-{branch}{suffix}",
         f"nvidia-utils-{branch}",
         f"nvidia-compute-utils-{branch}",
-    ):
+    )
+    if hostvars.get("gpuboot_os_family", "debian") == "redhat":
+        kmod = f"kmod-nvidia-{'open' if suffix else 'latest'}-dkms"
+        names = (
+            "nvidia-driver",
+            "nvidia-driver-libs",
+            "nvidia-driver-cuda",
+            "nvidia-driver-cuda-libs",
+            "nvidia-kmod-common",
+            kmod,
+            "nvidia-persistenced",
+            "nvidia-modprobe",
+        )
+    items = []
+    for pkg in names:
         current = installed.get(pkg)
         action = "install" if current is None else ("keep" if current == version else "change")
         items.append(
@@ -65,8 +84,12 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
     def one(host) -> dict[str, Any]:
         name = host.backend.get_hostname()
         hostvars = inv.resolved(name)
+        family = hostvars.get("gpuboot_os_family", "debian")
+        el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
         try:
-            cmd = run_with_deadline(host, DPKG_QUERY, READ_TIMEOUT_S, "reading installed packages")
+            cmd = run_with_deadline(
+                host, RPM_QUERY if el else DPKG_QUERY, READ_TIMEOUT_S, "reading installed packages"
+            )
         except RemoteTimeout as exc:
             return {"host": name, "error": exc.message}
         except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
@@ -79,12 +102,11 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
             why = last_line(cmd.stderr) or f"exit {cmd.rc}"
             return {"host": name, "error": f"cannot read installed packages: {why}"}
         try:
-            installed = installed_versions(cmd.stdout)
+            installed = (installed_rpm_versions if el else installed_versions)(cmd.stdout)
         except ParseError as exc:
             return {"host": name, "error": f"cannot read installed packages: {exc}"}
         if "gpuboot_stack" in hostvars:
             stack = load_stack(hostvars["gpuboot_stack"])
-            family = hostvars.get("gpuboot_os_family", "debian")
             # Where gpuboot does not manage the kernel (the lab's is the host's), its
             # packages are not part of the plan.
             skip = set()
