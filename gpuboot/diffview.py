@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuboot.hostnames import compact, natural
+from gpuboot.report._util import host_key
 from gpuboot.runner import would_change
+from gpuboot.ui import host_ranges
 
 FILE_NAME = "diff.txt"
 DIFF_LINES = 12  # per file on the terminal; diff.txt has them all
@@ -206,11 +207,12 @@ def group(changes: dict[str, list[Change]], hosts: list[str]) -> list[dict[str, 
     """Hosts with the same changes as one group, the larger first; hosts without any
     change are a group too (changes: [])."""
     found: dict[tuple[Change, ...], list[str]] = {}
-    for host in natural(hosts):
+    for host in sorted(hosts, key=host_key):
         found.setdefault(tuple(changes.get(host, [])), []).append(host)
     ordered = sorted(found.items(), key=lambda kv: (not kv[0], -len(kv[1])))
     return [
-        {"hosts": names, "label": compact(names), "changes": list(key)} for key, names in ordered
+        {"hosts": names, "label": host_ranges(names), "changes": list(key)}
+        for key, names in ordered
     ]
 
 

@@ -19,10 +19,11 @@ from gpuboot.evidence.packages import (
     installed_rpm_versions,
     installed_versions,
 )
-from gpuboot.hostnames import compact, natural, natural_key
 from gpuboot.inventory import load_inventory, select_hosts
 from gpuboot.remote import RemoteTimeout, run_with_deadline
+from gpuboot.report._util import host_key
 from gpuboot.runner import failure_reason, last_line
+from gpuboot.ui import host_ranges
 
 # dpkg-query answers in about a second; a node holding the session longer than this is
 # reported, not waited for (one such node used to hold the whole plan)
@@ -139,7 +140,7 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
 
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         nodes = list(pool.map(one, hosts))
-    nodes.sort(key=lambda n: natural_key(n["host"]))
+    nodes.sort(key=lambda n: host_key(n["host"]))
     return {"inventory": str(inv.path), "nodes": nodes, "groups": group(nodes)}
 
 
@@ -175,13 +176,13 @@ def group(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found.setdefault(key, {"hosts": [], **doc})["hosts"].append(node["host"])
     groups = list(found.values())
     for g in groups:
-        g["hosts"] = natural(g["hosts"])
-        g["label"] = compact(g["hosts"])
+        g["hosts"] = sorted(g["hosts"], key=host_key)
+        g["label"] = host_ranges(g["hosts"])
     groups.sort(
         key=lambda g: (
             0 if "error" in g else (1 if g["changes"] else 2),
             -len(g["hosts"]),
-            natural_key(g["hosts"][0]),
+            host_key(g["hosts"][0]),
         )
     )
     return groups

@@ -9,7 +9,7 @@ import pytest
 
 from gpuboot import cli
 from gpuboot import plan as planmod
-from gpuboot.hostnames import compact, natural, natural_key
+from gpuboot.report._util import host_key
 
 DRIVER = "nvidia-driver-550-open"
 
@@ -58,13 +58,6 @@ def fleet() -> list[dict]:
     return sorted(nodes, key=lambda n: n["host"])  # lexical, as a careless sort would
 
 
-def test_nodes_sort_naturally_and_name_compactly():
-    assert natural(["node10", "node2", "node1"]) == ["node1", "node2", "node10"]
-    assert compact(["node3", "node1", "node2", "node5", "node12"]) == "node[1-3,5,12]"
-    assert compact(["gpu01", "gpu02", "gpu10"]) == "gpu[01-02,10]"
-    assert compact(["login"]) == "login"
-
-
 def test_same_change_set_is_one_group_failures_first():
     groups = planmod.group(fleet())
     assert [g["label"] for g in groups] == ["node300", "node[1-150]", "node299", "node[151-298]"]
@@ -100,7 +93,7 @@ def test_cli_plan_groups_and_json_keeps_detail(monkeypatch, capsys, inventory):
     nodes = fleet()
 
     def fake_plan(inv, *, limit=None):  # what plan() returns, read from no host
-        ordered = sorted(nodes, key=lambda n: natural_key(n["host"]))
+        ordered = sorted(nodes, key=lambda n: host_key(n["host"]))
         return {"inventory": inv, "nodes": ordered, "groups": planmod.group(ordered)}
 
     monkeypatch.setattr(planmod, "plan", fake_plan)
