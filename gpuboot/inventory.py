@@ -574,6 +574,14 @@ def _check_driver_pins(path: Path, host: str, hostvars: dict[str, Any]) -> None:
         branch = str(branch)  # an INI inventory's `nvidia_driver_branch=550` is a number
     branch = r.string(branch, key[PIN_VARS[0]], _BRANCH_RE, "550")
     version = r.string(hostvars[PIN_VARS[1]], key[PIN_VARS[1]], PACKAGE_VERSION_RE[family], example)
+    if family == "redhat" and "-" not in version:
+        # the driver role installs name-[epoch:]version-release: without the release no
+        # package matches, on every host
+        raise r.error(
+            key[PIN_VARS[1]],
+            f"EL driver version {version!r} has no release",
+            f"write it as dnf names it, e.g. {example!r}",
+        )
     if not upstream_of(version).startswith(f"{branch}."):
         raise r.error(
             key[PIN_VARS[1]],

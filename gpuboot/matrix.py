@@ -191,6 +191,11 @@ def mirror(
     stack = load_stack(name)
     pins = list(dict.fromkeys(mirror_packages(stack, os_family) + _extra_pins(extra)))
     doc: dict[str, Any] = {"stack": stack.name, "os_family": os_family}
+    if os_family == "redhat":
+        # EL8/EL9 mirrors must carry the driver's module stream (modules.yaml) as well:
+        # its packages are hidden unless that stream is enabled
+        stream = stack.driver.pins_for("redhat").module_stream
+        doc["module_streams"] = [stream] if stream else []
     if not repos:
         return {
             **doc,
