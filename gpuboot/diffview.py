@@ -179,9 +179,10 @@ def _service(res: dict[str, Any]) -> str:
         what.append("enable" if args["enabled"] else "disable")
     if args.get("state"):
         what.append({"started": "start", "stopped": "stop"}.get(args["state"], args["state"][:-2]))
-    if res.get("failed_when_result") is False and res.get("msg"):  # no unit before install
-        what.append("(its package is installed by this run)")
-    return f"{name}: {', '.join(what) or 'changes'}"
+    # --check: no such unit yet (the roles let that pass when this run brings it)
+    missing = "Could not find the requested service" in str(res.get("msg", ""))
+    note = " (the unit comes with this run)" if missing else ""
+    return f"{name}: {', '.join(what) or 'changes'}{note}"
 
 
 def _module(res: dict[str, Any]) -> str:
