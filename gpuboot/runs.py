@@ -4,8 +4,9 @@ Every run of install, certify and scan keeps ``<runs root>/<id>/`` (``GPUBOOT_RU
 default ``$GPUBOOT_HOME/runs``), ``<id>`` = ``YYYYmmddTHHMMSS-<verb>-<hex6>``
 (runner.new_run_dir). ``prune`` removes old ones and never:
 - the newest run of each verb (``install --resume`` and the operator read the last one);
-- a run in progress: one named by a host lock whose process is alive, and, while a run
-  that holds locks has not named its run yet, every run begun since it started;
+- a run in progress: one named by a host lock whose process is alive; while a run that
+  holds locks has not named its run yet, every run begun since it started; and any run
+  written to in the last ACTIVE_S seconds (install --check takes no lock);
 - anything that is not a run directory directly under the root: a name of another
   shape, a symlink (never followed: what it points to may be anyone's) or a file.
 Removal goes through shutil.rmtree, which deletes symlinks inside a run as links.
@@ -31,6 +32,9 @@ from gpuboot.errors import BadInput
 RUN_NAME = re.compile(r"(?P<stamp>\d{8}T\d{6})-(?P<verb>[a-z][a-z0-9_]*)-(?P<suffix>[0-9a-f]{6})")
 _AGE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# A run written to this recently may still be running even without a lock (install
+# --check holds none): kept.
+ACTIVE_S = 600
 
 
 @dataclass(frozen=True)
@@ -67,13 +71,16 @@ def parse_age(text: str) -> float:
     return int(m["n"]) * _UNIT_S[m["unit"]]
 
 
-def _size(path: Path) -> int:
-    total = 0
+def _usage(path: Path) -> tuple[int, float]:
+    """(bytes, newest modification time) of a run directory, links as themselves."""
+    total, newest = 0, path.lstat().st_mtime
     for root, dirs, files in os.walk(path, followlinks=False):
         for name in dirs + files:
             with contextlib.suppress(OSError):  # removed meanwhile
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
+                st = os.lstat(os.path.join(root, name))
+                total += st.st_size
+                newest = max(newest, st.st_mtime)
+    return total, newest
 
 
 def _started(stamp: str, path: Path) -> float:
@@ -152,15 +159,21 @@ def list_runs(root: Path | None = None) -> list[Run]:
     found.sort(key=lambda item: (item[2], item[0].string))
     newest = {m["verb"]: m.string for m, _p, _s in found}
     runs = []
+    now = time.time()
     for m, path, started in found:
-        busy = m.string in named or (unnamed is not None and started >= unnamed - 1)
+        size, written = _usage(path)
+        busy = (
+            m.string in named
+            or (unnamed is not None and started >= unnamed - 1)
+            or now - written < ACTIVE_S
+        )
         runs.append(
             Run(
                 id=m.string,
                 verb=m["verb"],
                 path=path,
                 started=started,
-                size=_size(path),
+                size=size,
                 in_progress=busy,
                 newest=newest[m["verb"]] == m.string,
             )

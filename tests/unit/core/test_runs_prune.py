@@ -25,12 +25,15 @@ def runs_root(tmp_path, monkeypatch) -> Path:
 
 
 def _run(root: Path, verb: str, days_ago: float, size: int = 1000, n: int = 0) -> Path:
-    """A run directory as runner.new_run_dir names it, started ``days_ago``."""
+    """A run directory as runner.new_run_dir names it, started and last written to
+    ``days_ago``."""
     started = time.time() - days_ago * 86400
     run_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + f"-{verb}-{n:06x}"
     path = root / run_id
     (path / "artifacts").mkdir(parents=True)
     (path / "artifacts" / "stdout").write_bytes(b"x" * size)
+    for p in (path / "artifacts" / "stdout", path / "artifacts", path):
+        os.utime(p, (started, started))
     return path
 
 
@@ -94,12 +97,25 @@ def test_a_run_whose_process_holds_a_lock_is_kept(runs_root, capsys):
     assert [r["id"] for r in doc["removed"]] == [busy.name]  # the lock is gone: it may go
 
 
+def test_a_run_written_to_minutes_ago_is_kept_without_a_lock(runs_root, capsys):
+    """install --check takes no host lock: a run still being written is in progress."""
+    checking = _run(runs_root, "install", 9, n=1)
+    (checking / "artifacts" / "job_events").mkdir()  # ansible-runner writing events now
+    _run(runs_root, "install", 1, n=2)
+    code, doc = gpuboot("runs", "prune", "--keep", "1", capsys=capsys)
+    assert code == 0 and doc["removed"] == [] and checking.exists()
+    assert {k["id"]: k["why"] for k in doc["kept"]}[checking.name] == "in progress"
+
+
 def test_nothing_outside_the_runs_root_and_no_symlink_is_touched(runs_root, tmp_path, capsys):
     outside = tmp_path / "precious"
     (outside / "data").mkdir(parents=True)
     (outside / "data" / "keep.txt").write_text("mine")
     old = _run(runs_root, "install", 9, n=1)
     (old / "artifacts" / "link").symlink_to(outside)  # a link inside a run: removed as a link
+    then = time.time() - 9 * 86400  # written long ago
+    os.utime(old / "artifacts" / "link", (then, then), follow_symlinks=False)
+    os.utime(old / "artifacts", (then, then))
     _run(runs_root, "install", 1, n=2)
     fake = runs_root / f"{old.name[:-6]}abcdef"  # a run's name, but a symlink to elsewhere
     fake.symlink_to(outside)
