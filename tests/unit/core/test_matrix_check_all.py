@@ -45,6 +45,7 @@ def test_every_faulty_section_is_listed(tmp_path):
     assert doc["rules_checked"] is False
     text = gpuboot("matrix", "check", str(_broken(tmp_path))).stdout
     assert "not on branch 570" in text and "550.54.14-1" in text and "'colour'" in text
+    assert "compatibility rules not checked" in text
 
 
 def test_a_clean_stack_and_a_rule_breaking_one_are_unchanged(tmp_path):
