@@ -188,6 +188,8 @@ def cmd_matrix(args) -> Outcome:
         f"{v['rule']} {v['where']}: {v['message']}\n    fix: {v['fix']}\n    source: {v['source']}"
         for v in doc["violations"]
     )
+    if not doc.get("rules_checked", True):
+        text += "\ncompatibility rules not checked: the stack file must read first"
     return Outcome(EXIT_BAD_INPUT, doc, text)
 
 
