@@ -1,4 +1,5 @@
-"""dcgmi (DCGM 3.x CLI): `diag -r 1..4 [-j]` and `discovery -l`, through nv-hostengine.
+"""dcgmi (DCGM 3.x and 4.x CLI, by the installed version): `diag -r 1..4 [-j]`,
+`nvlink -s|-e -g N` and `discovery -l`, through nv-hostengine.
 
 The diagnostic reads the same model as the other shims, so a fault shows up in the test a
 real DCGM run would fail (persistence off, row remap pending, PCIe downtrained, NVLink
@@ -140,6 +141,55 @@ def _result(t: Test, gpus: list[Gpu]) -> tuple[str, list[str]]:
     return head, [t.fails[i] for i in sorted(t.fails)]
 
 
+# DCGM 4.x renamed the tests (plugin names) and prints a row per GPU under each test.
+V4_NAMES = {
+    "Denylist": "software",
+    "PCIe": "pcie",
+    "GPU Memory": "memory",
+    "Diagnostic": "diagnostic",
+    "Targeted Stress": "targeted_stress",
+    "Targeted Power": "targeted_power",
+    "Memory Bandwidth": "memory_bandwidth",
+    "EUD Test": "eud",
+    "Memtest": "memtest",
+    "Pulse Test": "pulse_test",
+}
+
+
+def _v4_tests(tests: list[Test]) -> list[Test]:
+    """DCGM 4.x folds the deployment checks into one per-GPU "software" test."""
+    deploy = [t for t in tests if t.category == "Deployment"]
+    software = Test("Deployment", "software", True)
+    for t in deploy:
+        if t.global_fail:
+            software.global_fail = software.global_fail or t.global_fail
+        for i, why in t.fails.items():
+            software.fails.setdefault(i, why)
+    rest = [
+        Test(t.category, V4_NAMES.get(t.name, t.name), True, t.fails, t.skip, t.global_fail)
+        for t in tests
+        if t.category != "Deployment"
+    ]
+    return [software, *rest]
+
+
+def _v4_rows(t: Test, gpus: list[Gpu]) -> list[str]:
+    """A 4.x test: its status, its warnings, then one `GPUn: status` row per GPU."""
+    if t.skip:
+        head = "Skip"
+    elif t.global_fail or t.fails:
+        head = "Fail"
+    else:
+        head = "Pass"
+    lines = _row(t.name, head)
+    for why in ([t.global_fail] if t.global_fail else []) + [t.fails[i] for i in sorted(t.fails)]:
+        lines += _warning_rows(why)
+    for g in gpus:
+        status = "Skip" if t.skip else ("Fail" if g.index in t.fails or t.global_fail else "Pass")
+        lines += _row("", f"GPU{g.index}: {status}")
+    return lines
+
+
 def _cat_line(name: str, first: bool) -> str:
     edge = "|" if first else "+"
     left = f"-----  {name}  "
@@ -164,6 +214,8 @@ def diag(node: Node, level: int, as_json: bool) -> tuple[str, int]:
     dev_ids = ",".join(model.gpu_hw(node)["pci_device_id"][2:6].lower() for _ in gpus)
     tests = _tests(level)
     _evaluate(node, gpus, tests)
+    if daemons.dcgm_version().split(".")[0] >= "4":
+        return _diag_v4(tests, gpus, driver, dev_ids, as_json)
     if as_json:
         cats: dict[str, list[dict[str, object]]] = {}
         for t in tests:
@@ -214,10 +266,117 @@ def diag(node: Node, level: int, as_json: bool) -> tuple[str, int]:
     return "\n".join(out) + "\n", 0
 
 
+def _diag_v4(
+    tests: list[Test], gpus: list[Gpu], driver: str, dev_ids: str, as_json: bool
+) -> tuple[str, int]:
+    """DCGM 4.x: tests named by plugin, per-GPU rows; exit 226 when a test failed."""
+    tests = _v4_tests(tests)
+    failed = any(t.fails or t.global_fail for t in tests)
+    rc = 226 if failed else 0
+    if as_json:
+        cats: dict[str, list[dict[str, object]]] = {}
+        for t in tests:
+            results: list[dict[str, object]] = []
+            for g in gpus:
+                bad = g.index in t.fails or bool(t.global_fail)
+                status = "Skip" if t.skip else ("Fail" if bad else "Pass")
+                res: dict[str, object] = {
+                    "entity_group": "GPU",
+                    "entity_group_id": 1,
+                    "entity_id": g.index,
+                    "status": status,
+                }
+                if bad and not t.skip:
+                    why = t.fails.get(g.index) or t.global_fail
+                    res["warnings"] = [{"error_category": 1, "error_id": 1, "warning": why}]
+                results.append(res)
+            summary = "Skip" if t.skip else ("Fail" if t.fails or t.global_fail else "Pass")
+            cats.setdefault(t.category, []).append(
+                {"name": t.name, "results": results, "test_summary": {"status": summary}}
+            )
+        doc = {
+            "DCGM Diagnostic": {
+                "test_categories": [{"category": c, "tests": ts} for c, ts in cats.items()]
+            },
+            "metadata": {"Driver Version Detected": driver, "version": daemons.dcgm_version()},
+        }
+        return jsonfmt.dumps(doc), rc
+    out = [
+        "Successfully ran diagnostic for group.",
+        "+---------------------------+------------------------------------------------+",
+        "| Diagnostic                | Result                                         |",
+        "+===========================+================================================+",
+        _cat_line("Metadata", True),
+    ]
+    out += _row("DCGM Version", daemons.dcgm_version())
+    out += _row("Driver Version Detected", driver)
+    out += _row("GPU Device IDs Detected", dev_ids.replace(",", ", "))
+    current = None
+    for t in tests:
+        if t.category != current:
+            current = t.category
+            out.append(_cat_line(current, current == "Deployment"))
+        out += _v4_rows(t, gpus)
+    out.append("+---------------------------+------------------------------------------------+")
+    return "\n".join(out) + "\n", rc
+
+
+def nvlink(node: Node, argv: list[str]) -> int:
+    """`dcgmi nvlink -s` (every GPU's and NVSwitch's link states, U/D/X/_ per slot) and
+    `dcgmi nvlink -e -g GPU` (one GPU's error counters), as DCGM's Nvlink.cpp prints them."""
+    gpus = model.gpus(node)
+    if "-s" in argv or "--link-status" in argv:
+        lines = ["+----------------------+", "|  NvLink Link Status  |", "+----------------------+"]
+        lines.append("GPUs:")
+        for g in gpus:
+            if g.lost:
+                continue  # DCGM does not list a GPU it lost
+            slots = ["U" if up else "D" for up in g.links]
+            slots += ["_"] * (NVLINK_SLOTS - len(slots))
+            lines += [f"    gpuId {g.index}:", "        " + " ".join(slots)]
+        lines.append("NvSwitches:")
+        switches = int(model.hw(node).get("nvlink", {}).get("nvswitch_count", 0) or 0)
+        if not switches:
+            lines.append("    No NvSwitches found.")
+        for i in range(switches):
+            lines += [f"    physicalId {i}:", "        " + " ".join(["U"] * 64)]
+        lines += ["", "Key: Up=U, Down=D, Disabled=X, Not Supported=_"]
+        sys.stdout.write("\n".join(lines) + "\n")
+        return 0
+    if "-e" in argv or "--errors" in argv:
+        gid = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-g", "--gpuid")), "0")
+        g = next((x for x in gpus if str(x.index) == gid), None)
+        if g is None or g.lost:
+            sys.stdout.write("Error: Unable to retrieve latest value for nvlink error counts.\n")
+            return 255
+        sep = "+" + "-" * 32 + "+" + "-" * 50 + "+"
+        lines = [sep, f"| {'NVLINK Error Counts':<81} |", f"| {'GPU ' + gid:<81} |"]
+        lines.append("+" + "=" * 32 + "+" + "=" * 50 + "+")
+        for i, up in enumerate(g.links):
+            # a link that went down leaves CRC/replay/recovery counts behind (as nvidia-smi's)
+            flit, data, replay, recovery = (0, 0, 0, 0) if up else (57, 0, 12, 3)
+            for j, (name, v) in enumerate(
+                (("CRC FLIT Error", flit), ("CRC Data Error", data),
+                 ("Replay Error", replay), ("Recovery Error", recovery))
+            ):  # fmt: skip
+                left = f"Link {i}" if j == 0 else ""
+                lines.append(f"| {left:<30} | {name + ' => ' + str(v):<48} |")
+            lines.append(sep)
+        sys.stdout.write("\n".join(lines) + "\n")
+        return 0
+    sys.stdout.write("Error: use dcgmi nvlink -s | -e -g GPU\n")
+    return 255
+
+
+NVLINK_SLOTS = 18  # DCGM_NVLINK_MAX_LINKS_PER_GPU
+
+
 def main(argv: list[str]) -> int:
     node = state.load()
     if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write("usage: dcgmi diag -r <1-4> [-j] | dcgmi discovery -l\n")
+        sys.stdout.write(
+            "usage: dcgmi diag -r <1-4> [-j] | dcgmi nvlink -s | -e -g GPU | dcgmi discovery -l\n"
+        )
         return 0
     if argv[0] in ("-v", "--version"):
         sys.stdout.write(f"dcgmi  version: {daemons.dcgm_version()}\n")
@@ -246,6 +405,8 @@ def main(argv: list[str]) -> int:
             ]
         sys.stdout.write("\n".join(lines) + "\n")
         return 0
+    if argv[0] == "nvlink":
+        return nvlink(node, argv[1:])
     if argv[0] == "diag":
         level = None
         for i, arg in enumerate(argv):

@@ -248,6 +248,27 @@ def dmesg(argv: list[str]) -> int:
     return 0
 
 
+def journalctl(argv: list[str]) -> int:
+    """`journalctl -k` (`--dmesg`): the same kernel records in journald's short format,
+    `Mon DD HH:MM:SS host kernel: message`, continuation lines indented under the message
+    (only the kernel log is emulated: other journalctl uses are refused)."""
+    if not ({"-k", "--dmesg"} & set(argv)):
+        _err("journalctl: only -k/--dmesg (the kernel log) is emulated in this lab")
+        return 1
+    node = state.load()
+    boot = float(node.vstate.get("boot_time") or time.time())
+    host = os.uname().nodename.split(".")[0]
+    out: list[str] = []
+    for rec in kmsg.records():
+        stamp = time.strftime("%b %d %H:%M:%S", time.localtime(boot + float(rec["t"])))
+        prefix = f"{stamp} {host} kernel: "
+        lines = str(rec["m"]).split("\n")
+        out.append(prefix + lines[0])
+        out.extend(" " * len(prefix) + extra for extra in lines[1:])
+    sys.stdout.write("\n".join(out) + "\n" if out else "-- No entries --\n")
+    return 0
+
+
 def _srcversion(name: str, version: str) -> str:
     return hashlib.md5(f"{name}-{version}".encode()).hexdigest()[:23].upper()
 

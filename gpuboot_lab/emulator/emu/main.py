@@ -16,6 +16,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "rmmod": ("kernel", "rmmod"),
     "modinfo": ("kernel", "modinfo"),
     "dmesg": ("kernel", "dmesg"),
+    "journalctl": ("kernel", "journalctl"),  # -k only: the kernel log in journald's format
     "nvidia-smi": ("smi", "main"),
     "nvidia-persistenced": ("persistenced", "main"),
     "nv-fabricmanager": ("daemons", "fabricmanager"),
