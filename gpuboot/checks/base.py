@@ -9,6 +9,7 @@ ERROR, never FAIL.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -201,11 +202,21 @@ ANSWER_EXITS: tuple[tuple[str, Callable[[ProbeOutput], bool]], ...] = (
 
 def _declared(evidence: Evidence, patterns: tuple[str, ...]) -> Iterator[tuple[str, ProbeOutput]]:
     """The probe files a rule declares it reads, as (name, output)."""
+    for name in _matching(patterns, tuple(evidence)):
+        yield name, evidence[name]
+
+
+# Each rule's declared patterns (every form of its tools' output) against the same node's
+# file names, twice per rule (failed and elided probes): match them once per node.
+@functools.lru_cache(maxsize=256)
+def _matching(patterns: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+    out: list[str] = []
     for pattern in patterns:
         if any(c in pattern for c in "*?["):
-            yield from probes_matching(evidence, pattern).items()
-        elif (out := evidence.get(pattern)) is not None:
-            yield pattern, out
+            out += sorted(n for n in names if fnmatch.fnmatchcase(n, pattern) and n not in out)
+        elif pattern in names and pattern not in out:
+            out.append(pattern)
+    return tuple(out)
 
 
 def elided_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:

@@ -12,6 +12,7 @@ form. Pure data and name matching: no I/O.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterable
 
 # kind -> ((pattern, form), ...): more specific patterns first.
@@ -82,9 +83,16 @@ PREFER: dict[str, tuple[str, ...]] = {
 def files_of(kind: str, names: Iterable[str]) -> list[tuple[str, str]]:
     """(file, form) for every file of ``kind`` among ``names``, the preferred form first,
     then by name."""
+    return list(_files_of(kind, tuple(names)))
+
+
+# Every rule asks for its kinds on the same node's file names: match them once per node
+# (evaluate of a 1,000-node bundle must stay near the time it takes to read it).
+@functools.lru_cache(maxsize=64)
+def _files_of(kind: str, names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     order = PREFER.get(kind) or tuple(dict.fromkeys(f for _p, f in FORMS[kind]))
     found = [(n, f) for n in names if (f := form_of(kind, n)) is not None]
-    return sorted(found, key=lambda nf: (order.index(nf[1]), nf[0]))
+    return tuple(sorted(found, key=lambda nf: (order.index(nf[1]), nf[0])))
 
 
 def patterns(*kinds: str) -> tuple[str, ...]:
