@@ -54,6 +54,7 @@ JUDGED_ONLY: dict[str, str] = {
     "THR-001": "thermal slowdown: cooling",
     "NVL-001": "NVLinks up: the fabric",
     "NVL-002": "NVLink error counters: the fabric",
+    "TOP-001": "GPU/NIC topology and NUMA affinity: slots, risers, BIOS",
     "NIC-001": "RDMA ports active at rate: cables, transceivers, switch",
     "DCG-001": "DCGM diagnostics: the GPU under test",
     "BW-001": "host-to-device bandwidth: measured",

@@ -9,7 +9,14 @@ reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``R
 
 from __future__ import annotations
 
-from gpuboot.checks import bw_rules, fabric_rules, gpu_rules, pci_rules, stack_rules
+from gpuboot.checks import (
+    bw_rules,
+    fabric_rules,
+    gpu_rules,
+    pci_rules,
+    stack_rules,
+    topo_rules,
+)
 from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public API)
     ERROR,
     FAIL,
@@ -271,6 +278,15 @@ RULES: tuple[Rule, ...] = (
         "watch the counters; reset the GPUs, and RMA if they keep rising under load",
         fabric_rules.check_nvlink_errors,
         _forms("nvlink_e"),
+    ),
+    Rule(
+        "TOP-001",
+        "each GPU's rail NIC behind its PCIe switch, NVLink mesh complete, NUMA as the profile",
+        FAIL,
+        "a NIC or riser in the wrong slot: move the card named beside the GPU to the slot the "
+        "profile gives it (or fix the profile's nics[].gpu); a GPU pair off NVLink: see NVL-001",
+        topo_rules.check_topology,
+        ("nvidia-smi_topo_-m*",),
     ),
     Rule(
         "FAB-001",

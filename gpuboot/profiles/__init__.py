@@ -153,6 +153,7 @@ def validate(data: Any, where: str) -> dict[str, Any]:
                     where=f"{where}: hardware.nics[{i}].{key}",
                     hint="every NIC needs " + ", ".join(NIC_KEYS),
                 )
+    _validate_topology(data["hardware"], where)
     mig = data["hardware"]["mig"]
     if mig["supported"]:
         profiles = mig.get("profiles")
@@ -172,6 +173,36 @@ def validate(data: Any, where: str) -> dict[str, Any]:
                 )
     return data
 
+
+# `nvidia-smi topo -m` connection kinds, nearest first
+TOPO_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def _validate_topology(hw: dict[str, Any], where: str) -> None:
+    """Optional ``hardware.topology`` (TOP-001): rail_links a list of topo -m kinds,
+    nvlink_mesh true or false."""
+    topo = hw.get("topology")
+    if topo is None:
+        return
+    key = "hardware.topology"
+    if not isinstance(topo, dict):
+        raise ConfigError(f"{key} must be a mapping", where=f"{where}: {key}", hint=_SCHEMA)
+    rail = topo.get("rail_links", list(TOPO_LINKS[:2]))
+    if not isinstance(rail, list) or not rail or not set(rail) <= set(TOPO_LINKS):
+        raise ConfigError(
+            f"{key}.rail_links must list topo -m kinds, got {rail!r}",
+            where=f"{where}: {key}.rail_links",
+            hint=f"use some of {', '.join(TOPO_LINKS)} (a rail NIC: PIX or PXB)",
+        )
+    if not isinstance(topo.get("nvlink_mesh", False), bool):
+        raise ConfigError(
+            f"{key}.nvlink_mesh must be true or false",
+            where=f"{where}: {key}.nvlink_mesh",
+            hint=_SCHEMA,
+        )
+
+
+_SCHEMA = "see gpuboot/profiles/README.md for the schema"
 
 # path -> ((mtime, size), validated profile): evaluate reads one profile per node.
 _LOADED: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
