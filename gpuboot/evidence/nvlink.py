@@ -174,7 +174,8 @@ TOOL_DS = "dcgmi nvlink -s"
 TOOL_DE = "dcgmi nvlink -e"
 _D_ENTITY = re.compile(r"^(gpuId|physicalId)\s+(\d+):\s*$")
 _D_STATES = re.compile(r"^[UDX_](?:\s+[UDX_])*$")
-_D_GPU = re.compile(r"^\|?\s*GPU\s+(\d+)\s*\|?\s*$")
+# "| GPU 0 |" (DCGM 3+) or "| GPU ID: 0 | NVLINK Error Counts |" (the user guide's layout)
+_D_GPU = re.compile(r"^\|?\s*GPU(?:\s+ID:)?\s+(\d+)\s*(?:\|\s*(?:NVLINK Error Counts\s*\|?)?)?$")
 _D_LINK = re.compile(r"^\|?\s*Link\s+(\d+)\b")
 _D_COUNTER = re.compile(
     r"(CRC FLIT Error|CRC Data Error|Replay Error|Recovery Error|[A-Z][\w ]*Error)"
