@@ -25,6 +25,7 @@ from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q
 from gpuboot.evidence.topo import parse_topo_matrix
 
 DPKG_FILE = "dpkg-query_-W.txt"
+RPM_FILE = "rpm_-qa.txt"  # EL nodes: gpuboot.node_collect reads rpm instead of dpkg
 
 # Packages that make up the GPU/network stack; the full package list is kept as a digest.
 _STACK_PKG = re.compile(
@@ -151,6 +152,17 @@ def _stack(path: Path) -> dict[str, Any]:
         status = parts[2].strip() if len(parts) > 2 else "ii"
         if len(status) >= 2 and status[1] == "i":  # second letter: actually installed
             installed[parts[0].strip()] = parts[1].strip()
+    return _stack_of(installed)
+
+
+def _rpm_stack(path: Path) -> dict[str, Any]:
+    """``rpm -qa --qf`` lines (EL nodes), versions as ``[epoch:]version-release``."""
+    from gpuboot.evidence.packages import installed_rpm_versions
+
+    return _stack_of(installed_rpm_versions(path.read_text(errors="replace")))
+
+
+def _stack_of(installed: dict[str, str]) -> dict[str, Any]:
     listing = "".join(f"{p}\t{v}\n" for p, v in sorted(installed.items()))
     return {
         "packages": {p: v for p, v in sorted(installed.items()) if _STACK_PKG.search(p)},
@@ -195,7 +207,7 @@ def host_fingerprint(host_dir: Path) -> dict[str, Any]:
         out["nics"] = nics
     if topo := part(_first(files, "nvidia-smi_topo_-m*"), _pcie_topology):
         out["pcie_topology"] = topo
-    if stack := part(files.get(DPKG_FILE), _stack):
+    if stack := part(files.get(DPKG_FILE), _stack) or part(files.get(RPM_FILE), _rpm_stack):
         out["stack"] = stack
     if unreadable:
         out["unreadable"] = dict(sorted(unreadable.items()))

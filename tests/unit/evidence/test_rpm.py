@@ -221,3 +221,12 @@ def test_el_nodes_are_asked_rpm_and_dnf_not_dpkg_in_the_same_round_trip():
     assert {"dpkg-query_-W.txt", "apt-mark_showhold.txt"}.isdisjoint(files)
     assert {p.file for p in EL_PACKAGE_PROBES} <= files
     assert "proc_driver_nvidia_version.txt" in files  # everything else stays
+
+
+def test_an_el_hosts_fingerprint_reads_its_rpm_listing(tmp_path, read):
+    from gpuboot.report.fingerprint import host_fingerprint
+
+    (tmp_path / "rpm_-qa.txt").write_text(read("rpm/rpm_-qa_--qf.rpm4.18-installroot.txt"))
+    stack = host_fingerprint(tmp_path)["stack"]
+    assert stack["packages"]["nvidia-driver"] == "3:550.54.15-1.el9"
+    assert stack["package_count"] == 3
