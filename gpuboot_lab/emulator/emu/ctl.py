@@ -86,15 +86,7 @@ def setup(argv: list[str]) -> int:
         for bus in model.bus_ids(node):
             ids.setdefault(bus, model.make_identity(node, bus))
         node.pstate["profile_name"] = node.profile.get("name")
-    # Kernel-side tools go ahead of /usr/sbin on root's PATH; with GPUEMU_ROOT they stay
-    # inside the test root.
-    target = entry_script() if paths.root() else "/opt/gpuemu/gpuemu"
-    os.makedirs(paths.p(SBIN), exist_ok=True)
-    for tool in KERNEL_TOOLS:
-        link = paths.p(f"{SBIN}/{tool}")
-        if os.path.islink(link) or os.path.exists(link):
-            os.unlink(link)
-        os.symlink(target, link)
+    link_kernel_tools(replace=True)
     if not os.path.exists(paths.p(UNIT)):  # the lab image may ship its own
         state.write_atomic(UNIT, UNIT_TEXT)
     wants = paths.p(UNIT_WANTS)
@@ -104,6 +96,21 @@ def setup(argv: list[str]) -> int:
     if not state.load().vstate.get("booted"):
         boot(force=True)
     return 0
+
+
+def link_kernel_tools(replace: bool = False) -> None:
+    """Kernel-side tools go ahead of /usr/sbin on root's PATH; with GPUEMU_ROOT they stay
+    inside the test root. Boot adds the ones a node image made before them lacks (lspci)."""
+    target = entry_script() if paths.root() else "/opt/gpuemu/gpuemu"
+    os.makedirs(paths.p(SBIN), exist_ok=True)
+    for tool in KERNEL_TOOLS:
+        link = paths.p(f"{SBIN}/{tool}")
+        exists = os.path.islink(link) or os.path.exists(link)
+        if exists and not replace:
+            continue
+        if exists:
+            os.unlink(link)
+        os.symlink(target, link)
 
 
 def container_start_time() -> float:
@@ -132,6 +139,10 @@ NIC_PCI = {
 
 
 def boot(force: bool = False) -> int:
+    try:
+        link_kernel_tools()
+    except OSError as exc:  # a read-only /usr/local: the node still boots
+        sys.stderr.write(f"gpuemu: kernel tools not linked: {exc}\n")
     with state.transaction() as node:
         if node.vstate.get("booted") and not force:
             return 0
