@@ -240,46 +240,108 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
     return None
 
 
+# The --query-gpu fields that carry each -q section's facts: a bundle holding the csv but no
+# -q form with that section is judged from them (same rule, other form).
+CSV_FIELDS = {
+    "ecc": ("ecc.mode.current", "ecc.errors.uncorrected.volatile.total"),
+    "remap": ("remapped_rows.pending", "remapped_rows.failure", "retired_pages.pending"),
+    "clocks": tuple(
+        f"{prefix}.{r}"
+        for prefix in ("clocks_event_reasons", "clocks_throttle_reasons")
+        for r in THERMAL_REASONS
+    ),
+}
+
+
+def _gpus(evidence: Evidence, need: str) -> list[tuple[str, dict]]:
+    """(label, facts) per GPU for one -q section: from -q (text/XML, any -q -d) where a form
+    holds it, else from the --query-gpu csv's fields of that section."""
+    try:
+        q = smi_q(evidence, need)
+    except MissingEvidence:
+        rows = _csv_rows(evidence, need)
+        if rows is None:
+            raise
+        return [(f"GPU {r.text('index') if 'index' in r.values else i}", _csv_facts(r, need))
+                for i, r in enumerate(rows)]  # fmt: skip
+    return [(_name(g, i), _q_facts(g, need)) for i, g in enumerate(q.gpus)]
+
+
+def _csv_rows(evidence: Evidence, need: str):
+    if not forms_in(evidence, "query_gpu"):
+        return None
+    failure, rows, _lost = gpu_table(evidence)
+    if failure:
+        raise ProbeFailed(failure, where=query_file(evidence))
+    if not rows or not any(f in rows[0].values for f in CSV_FIELDS[need]):
+        return None
+    return rows
+
+
+def _q_facts(g, need: str) -> dict:
+    if need == "ecc":
+        vol = g.ecc_volatile
+        unc = vol and (vol.uncorrectable_total or vol.dram_uncorrectable or vol.sram_uncorrectable)
+        return {"ecc_off": g.ecc_mode_current is False, "unc": unc or 0}
+    if need == "remap":
+        rr, rp = g.remapped_rows, g.retired_pages
+        return {
+            "pending": bool(rr and rr.pending),
+            "failure": bool(rr and rr.failure),
+            "retire_pending": bool(rp and rp.pending),
+        }
+    active = [r for r in (g.clock_event_reasons_active or ()) if r in THERMAL_REASONS]
+    return {"thermal": active, "temp": g.temperature_gpu_c}
+
+
+def _csv_facts(r, need: str) -> dict:
+    if need == "ecc":
+        return {
+            "ecc_off": r.as_bool("ecc.mode.current") is False,
+            "unc": r.as_int("ecc.errors.uncorrected.volatile.total") or 0,
+        }
+    if need == "remap":
+        return {
+            "pending": bool(r.as_bool("remapped_rows.pending")),
+            "failure": bool(r.as_bool("remapped_rows.failure")),
+            "retire_pending": bool(r.as_bool("retired_pages.pending")),
+        }
+    prefixes = ("clocks_event_reasons", "clocks_throttle_reasons")  # R535+, older
+    active = [t for t in THERMAL_REASONS if any(r.as_bool(f"{p}.{t}") for p in prefixes)]
+    return {"thermal": active, "temp": r.as_float("temperature.gpu")}
+
+
 def check_ecc(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence, "ecc").gpus):
-        if g.ecc_mode_current is False:
-            problems.append(f"{_name(g, i)} ECC mode disabled")
-        vol = g.ecc_volatile
-        if vol is not None:
-            unc = vol.uncorrectable_total or vol.dram_uncorrectable or vol.sram_uncorrectable
-            if unc:
-                problems.append(f"{_name(g, i)} {unc} uncorrectable ECC error(s) since reset")
+    for name, f in _gpus(evidence, "ecc"):
+        if f["ecc_off"]:
+            problems.append(f"{name} ECC mode disabled")
+        if f["unc"]:
+            problems.append(f"{name} {f['unc']} uncorrectable ECC error(s) since reset")
     return "; ".join(problems) or None
 
 
 def check_remap_pending(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence, "remap").gpus):
-        rr, rp = g.remapped_rows, g.retired_pages
-        if rr is not None and rr.pending:
-            problems.append(f"{_name(g, i)} row remap pending (GPU reset needed to apply it)")
-        if rp is not None and rp.pending:
-            problems.append(f"{_name(g, i)} page retirement pending (GPU reset needed)")
+    for name, f in _gpus(evidence, "remap"):
+        if f["pending"]:
+            problems.append(f"{name} row remap pending (GPU reset needed to apply it)")
+        if f["retire_pending"]:
+            problems.append(f"{name} page retirement pending (GPU reset needed)")
     return "; ".join(problems) or None
 
 
 def check_remap_failure(evidence: Evidence, ctx: NodeContext) -> str | None:
-    bad = [
-        f"{_name(g, i)} row remapping failure"
-        for i, g in enumerate(smi_q(evidence, "remap").gpus)
-        if g.remapped_rows is not None and g.remapped_rows.failure
-    ]
+    bad = [f"{name} row remapping failure" for name, f in _gpus(evidence, "remap") if f["failure"]]
     return "; ".join(bad) or None
 
 
 def check_throttle(evidence: Evidence, ctx: NodeContext) -> str | None:
     problems = []
-    for i, g in enumerate(smi_q(evidence, "clocks").gpus):
-        active = [r for r in (g.clock_event_reasons_active or ()) if r in THERMAL_REASONS]
-        if active:
-            temp = f" at {g.temperature_gpu_c:g} C" if g.temperature_gpu_c is not None else ""
-            problems.append(f"{_name(g, i)} {', '.join(active)} active{temp}")
+    for name, f in _gpus(evidence, "clocks"):
+        if f["thermal"]:
+            temp = f" at {f['temp']:g} C" if f["temp"] is not None else ""
+            problems.append(f"{name} {', '.join(f['thermal'])} active{temp}")
     return "; ".join(problems) or None
 
 
