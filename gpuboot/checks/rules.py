@@ -228,7 +228,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "enable ECC (`nvidia-smi -e 1` + reset); uncorrectable errors: " + _RESET,
         gpu_rules.check_ecc,
-        _forms("smi_q"),
+        _forms("smi_q", "query_gpu"),
     ),
     Rule(
         "ECC-002",
@@ -236,7 +236,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         _RESET,
         gpu_rules.check_remap_pending,
-        _forms("smi_q"),
+        _forms("smi_q", "query_gpu"),
     ),
     Rule(
         "ECC-003",
@@ -244,7 +244,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         _RMA,
         gpu_rules.check_remap_failure,
-        _forms("smi_q"),
+        _forms("smi_q", "query_gpu"),
     ),
     Rule(
         "THR-001",
@@ -252,7 +252,7 @@ RULES: tuple[Rule, ...] = (
         WARN,
         "check fans, airflow and inlet temperature; the GPU runs slower while throttled",
         gpu_rules.check_throttle,
-        _forms("smi_q"),
+        _forms("smi_q", "query_gpu"),
     ),
     Rule(
         "MIG-001",
