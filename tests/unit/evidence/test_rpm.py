@@ -230,3 +230,19 @@ def test_an_el_hosts_fingerprint_reads_its_rpm_listing(tmp_path, read):
     stack = host_fingerprint(tmp_path)["stack"]
     assert stack["packages"]["nvidia-driver"] == "3:550.54.15-1.el9"
     assert stack["package_count"] == 3
+
+
+def test_systemctl_show_blocks_in_systemds_own_property_order():
+    # as systemd 252 printed it on the el9 lab node for a timer that does not exist
+    # (properties in systemd's order, not the requested one)
+    real = "Id=dnf-automatic.timer\nActiveState=inactive\nUnitFileState=\n"
+    two = real + "\nId=dnf-automatic-install.timer\nActiveState=active\nUnitFileState=enabled\n"
+    units = parse_systemctl_show(two)
+    assert units["dnf-automatic.timer"] == {
+        "Id": "dnf-automatic.timer",
+        "ActiveState": "inactive",
+        "UnitFileState": "",
+    }
+    assert units["dnf-automatic-install.timer"]["UnitFileState"] == "enabled"
+    with pytest.raises(ParseError, match="without Id"):
+        parse_systemctl_show("ActiveState=inactive\n")
