@@ -40,16 +40,17 @@ def dirs(tmp_path_factory):
     return tmp_path_factory.mktemp("scan")
 
 
-def scan(lab, cluster, dirs, rc: int | None) -> dict:
-    """`gpuboot scan --json`; rc None: either verdict, as long as the exit code agrees."""
+def scan(lab, cluster, dirs, rc: int | tuple[int, ...]) -> dict:
+    """`gpuboot scan --json` with the exit code (or one of the codes) expected."""
     _server, kubeconfig = cluster
     proc = gpuboot(
         "scan", "-i", str(lab.inventory), "--json", "--history", str(dirs / "history.jsonl"),
         "--textfile-dir", str(dirs), "--kubeconfig", str(kubeconfig),
     )  # fmt: skip
-    assert proc.returncode in ((0, 1) if rc is None else (rc,)), proc.stderr[-3000:]
+    assert proc.returncode in (rc if isinstance(rc, tuple) else (rc,)), proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["passed"] == (proc.returncode == 0)
+    doc["exit"] = proc.returncode
     return doc
 
 
@@ -90,9 +91,10 @@ def test_drift_is_new_and_takes_the_node_out_of_service(lab, cluster, dirs):
 
 def test_cleared_fault_shows_as_cleared(lab, cluster, dirs):
     gpuboot("lab", "clear", "--name", lab.name, "node1", check_rc=0)
-    doc = scan(lab, cluster, dirs, None)
+    doc = scan(lab, cluster, dirs, (0, 5))  # 5: nothing new, something still failing
     (n,) = doc["nodes"]
     assert "NVL-001" in n["drift"]["cleared"] and "NVL-001" not in n["drift"]["new"]
     # what still fails (the kernel log keeps the link's Xid) is "still", not new again
     assert n["drift"]["new"] == []
+    assert doc["exit"] == (5 if n["drift"]["still"] else 0)
     assert len(history(dirs)) == 3
