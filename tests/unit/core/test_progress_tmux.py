@@ -8,7 +8,6 @@ unreachable host, the final status): no redraw ever scrolled a row away."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -31,14 +30,14 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(
-        ["tmux", "-L", sock, *args], capture_output=True, text=True, check=True, timeout=20
+        ["tmux", "-S", sock, *args], capture_output=True, text=True, check=True, timeout=20
     ).stdout
 
 
 def test_terminal_progress_stays_within_the_pane(tmp_path):
     events = replay.load()
     speed = (replay.created(events[-1]) - replay.created(events[0])) / REPLAY_S
-    sock = f"gpuboot-progress-{os.getpid()}"
+    sock = str(tmp_path / "tmux.sock")  # a server of its own, gone with tmp_path
     command = (
         f"{sys.executable} {RUNNER / 'replay_install.py'} {replay.INSTALL_10} {tmp_path} "
         f"{speed:.1f} > {tmp_path / 'stdout'}; echo REPLAY-DONE; sleep 120"
@@ -57,7 +56,7 @@ def test_terminal_progress_stays_within_the_pane(tmp_path):
             time.sleep(0.05)
         whole = _tmux(sock, "capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", "p")
     finally:
-        subprocess.run(["tmux", "-L", sock, "kill-server"], check=False, timeout=20)
+        subprocess.run(["tmux", "-S", sock, "kill-server"], check=False, timeout=20)
     shown = [c for c in captures if any(line.strip() for line in c)]
     assert len(shown) > 20  # captured at many points of the run
     assert all(len(screen) <= ROWS for screen in shown)
