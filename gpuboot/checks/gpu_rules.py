@@ -256,10 +256,10 @@ CSV_FIELDS = {
 def _gpus(evidence: Evidence, need: str) -> list[tuple[str, dict]]:
     """(label, facts) per GPU for one -q section: from -q (text/XML, any -q -d) where a form
     holds it, else from the --query-gpu csv's fields of that section."""
+    rows = _csv_rows(evidence, need)  # read whenever held: an unreadable form is ERROR
     try:
         q = smi_q(evidence, need)
     except MissingEvidence:
-        rows = _csv_rows(evidence, need)
         if rows is None:
             raise
         return [(f"GPU {r.text('index') if 'index' in r.values else i}", _csv_facts(r, need))
