@@ -114,8 +114,7 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
         missing = [] if status.elided else [i for i in want if i not in links]
         if missing:
             raise incomplete(
-                f"{name} lists no state for GPU {g.index} link(s) "
-                f"{','.join(map(str, missing))}",
+                f"{name} lists no state for GPU {g.index} link(s) {','.join(map(str, missing))}",
                 name,
             )
         slow = [
