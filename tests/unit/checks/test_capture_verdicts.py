@@ -50,9 +50,7 @@ def judged(tmp_path_factory) -> dict[str, dict]:
     return {n["host"]: n for n in doc["nodes"]}
 
 
-@pytest.mark.parametrize(
-    "i", range(len(TABLE)), ids=[f"{c['capture']}->{c['as']}" for c in TABLE]
-)
+@pytest.mark.parametrize("i", range(len(TABLE)), ids=[f"{c['capture']}->{c['as']}" for c in TABLE])
 def test_capture_gets_its_verdict(judged, i):
     case = TABLE[i]
     node = judged[_host(i, case)]
