@@ -166,9 +166,10 @@ def ensure_lab_key(gnupghome: Path) -> str:
     return fpr
 
 
-def _content_hash(catalogue_path: Path, fingerprint: str) -> str:
+def _content_hash(catalogue_path: Path, fingerprint: str, builder: str = __file__) -> str:
+    """What a cached repository was built from: the catalogue, its builder, the key."""
     h = hashlib.sha256()
-    for path in (catalogue_path, Path(__file__), Path(catalogue_mod.__file__)):
+    for path in (catalogue_path, Path(builder), Path(catalogue_mod.__file__)):
         h.update(path.read_bytes())
         h.update(b"\0")
     h.update(fingerprint.encode())

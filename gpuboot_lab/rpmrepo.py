@@ -33,7 +33,7 @@ import yaml
 from gpuboot.errors import RunError
 from gpuboot_lab import catalogue as catalogue_mod
 from gpuboot_lab.catalogue import CATALOGUE_PATH, Catalogue, PackageVersion, load_catalogue
-from gpuboot_lab.repo import _gpg, _locked, _run, ensure_lab_key
+from gpuboot_lab.repo import _content_hash, _gpg, _locked, _run, ensure_lab_key
 
 KEY_NAME = "RPM-GPG-KEY-gpuboot-lab"
 STAMP_NAME = ".gpuboot-lab-stamp"
@@ -253,15 +253,6 @@ def modules_yaml(cat: Catalogue) -> str:
     return yaml.safe_dump_all(docs, explicit_start=True, explicit_end=True, sort_keys=False)
 
 
-def _content_hash(catalogue_path: Path, fingerprint: str) -> str:
-    h = hashlib.sha256()
-    for path in (catalogue_path, Path(__file__), Path(catalogue_mod.__file__)):
-        h.update(path.read_bytes())
-        h.update(b"\0")
-    h.update(fingerprint.encode())
-    return h.hexdigest()
-
-
 def _tree(
     tree: Path, rpms: list[Path], modules: str | None, gnupghome: Path, fingerprint: str
 ) -> None:
@@ -312,7 +303,7 @@ def build_rpm_repo(
     out_dir.mkdir(parents=True, exist_ok=True)
     cat = load_catalogue(catalogue_path)
     fingerprint = ensure_lab_key(Path(gnupghome))
-    digest = _content_hash(catalogue_path, fingerprint)
+    digest = _content_hash(catalogue_path, fingerprint, __file__)
     info = RpmRepoInfo(
         out_dir=out_dir,
         fingerprint=fingerprint,

@@ -208,6 +208,20 @@ def _warning_rows(text: str) -> list[str]:
     return rows
 
 
+def _table_head(driver: str, dev_ids: str) -> list[str]:
+    """The diag table's banner and Metadata rows (DCGM 3.x and 4.x print the same)."""
+    out = [
+        "Successfully ran diagnostic for group.",
+        "+---------------------------+------------------------------------------------+",
+        "| Diagnostic                | Result                                         |",
+        "+===========================+================================================+",
+        _cat_line("Metadata", True),
+    ]
+    out += _row("DCGM Version", daemons.dcgm_version())
+    out += _row("Driver Version Detected", driver)
+    return out + _row("GPU Device IDs Detected", dev_ids)
+
+
 def diag(node: Node, level: int, as_json: bool) -> tuple[str, int]:
     gpus = model.gpus(node)
     driver = model.module_version(node, "nvidia") or "N/A"
@@ -243,16 +257,7 @@ def diag(node: Node, level: int, as_json: bool) -> tuple[str, int]:
             }
         }
         return jsonfmt.dumps(doc), 0
-    out = [
-        "Successfully ran diagnostic for group.",
-        "+---------------------------+------------------------------------------------+",
-        "| Diagnostic                | Result                                         |",
-        "+===========================+================================================+",
-        _cat_line("Metadata", True),
-    ]
-    out += _row("DCGM Version", daemons.dcgm_version())
-    out += _row("Driver Version Detected", driver)
-    out += _row("GPU Device IDs Detected", dev_ids)
+    out = _table_head(driver, dev_ids)
     current = None
     for t in tests:
         if t.category != current:
@@ -301,16 +306,7 @@ def _diag_v4(
             "metadata": {"Driver Version Detected": driver, "version": daemons.dcgm_version()},
         }
         return jsonfmt.dumps(doc), rc
-    out = [
-        "Successfully ran diagnostic for group.",
-        "+---------------------------+------------------------------------------------+",
-        "| Diagnostic                | Result                                         |",
-        "+===========================+================================================+",
-        _cat_line("Metadata", True),
-    ]
-    out += _row("DCGM Version", daemons.dcgm_version())
-    out += _row("Driver Version Detected", driver)
-    out += _row("GPU Device IDs Detected", dev_ids.replace(",", ", "))
+    out = _table_head(driver, dev_ids.replace(",", ", "))
     current = None
     for t in tests:
         if t.category != current:
