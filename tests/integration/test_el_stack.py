@@ -2,7 +2,8 @@
 streams, the lab's signed RPM repository): `gpuboot install` converges the LTS stack with
 dnf, certify passes the stack rules, versionlock and the enabled stream are exactly the
 stack, a re-run and `dnf -y upgrade` change nothing, and after a drift `install --check
---diff` names the change, changes nothing, and `plan` agrees. One lab for every step."""
+--diff` names the change, changes nothing, and `plan` agrees; then the 570 stack (the
+driver's stream switched, a reboot, certify) and back to 550. One lab for every step."""
 
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ import shutil
 import uuid
 
 import pytest
+import yaml
 
 from gpuboot.evidence.packages import split_nevr
 from gpuboot.stacks import load_stack, role_vars
 from gpuboot_lab import lab as labmod
 
-from .conftest import gpuboot, ssh_ok
+from .conftest import gpuboot, reboot_markers, ssh_ok
 
 pytestmark = pytest.mark.lab
 
-LTS = "lts-550-cuda12.4"
+LTS, PROD = "lts-550-cuda12.4", "prod-570-cuda12.8"
 RPMS = "rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n' | sort"
 
 
@@ -43,10 +45,10 @@ def _install(lab: labmod.Lab, *extra: str) -> dict:
     return json.loads(proc.stdout)["hosts"]["node1"]
 
 
-def _locks() -> set[str]:
+def _locks(stack: str = LTS) -> set[str]:
     """The versionlock entries the stack's pins make (the kernel aside: the lab's is the
     host's), as dnf writes them (epoch spelt), and the lab's probe package."""
-    pins = role_vars(load_stack(LTS), "redhat")
+    pins = role_vars(load_stack(stack), "redhat")
     specs = [
         spec
         for key, value in pins.items()
@@ -92,3 +94,28 @@ def test_el9_install_certify_rerun_upgrade_and_check_diff(el9: labmod.Lab) -> No
     assert [(i["package"], i["action"]) for i in planned["items"] if i["action"] != "keep"] == [
         ("nvidia-container-toolkit", "install")
     ]
+
+
+def _enabled_streams(lab: labmod.Lab) -> list[list[str]]:
+    out = ssh_ok(lab, "dnf -q -C module list --enabled")
+    return [line.split()[:3] for line in out.splitlines() if line.startswith("nvidia-")]
+
+
+def test_el9_stack_upgrade_and_downgrade_switch_the_stream(el9: labmod.Lab) -> None:
+    for stack, branch, version in ((PROD, "570", "570.133.20"), (LTS, "550", "550.54.15")):
+        doc = yaml.safe_load(el9.inventory.read_text())
+        doc["all"]["vars"]["gpuboot_stack"] = stack
+        el9.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert _install(el9)["changed"] > 0
+        assert _enabled_streams(el9) == [["nvidia-driver", f"{branch}-open", "[e]"]]
+        locks = set(ssh_ok(el9, "dnf -q --disablerepo='*' versionlock list").split())
+        assert locks == _locks(stack), stack
+        # the old branch's modules stay loaded until the node reboots: recorded, not done
+        assert "/run/reboot-required.gpuboot-nvidia-driver" in reboot_markers(el9)
+        labmod.reboot(el9.name, "node1")
+        assert f"Driver Version: {version}" in ssh_ok(el9, "nvidia-smi")
+        proc = gpuboot("certify", "-i", str(el9.inventory), "--json", "--probes", "none")
+        (node,) = json.loads(proc.stdout)["nodes"]
+        failing = {f["rule"]: f["reason"] for f in node["findings"] if f["status"] != "PASS"}
+        assert node["verdict"] == "PASS", (stack, failing)
+        assert _install(el9)["changed"] == 0, stack
