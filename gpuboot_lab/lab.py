@@ -392,7 +392,9 @@ def _wait_for_ssh(ips: list[str], timeout: float) -> None:
     if pending:
         raise RunError(
             f"sshd did not answer on {', '.join(sorted(pending))} within {timeout:.0f}s",
-            hint="`gpuboot lab status` and `podman logs` on the node's container",
+            hint="`gpuboot lab status` and `podman logs` on the node's container; a node's "
+            "journal saying 'Failed to create inotify object' means too many nodes run at once "
+            "for fs.inotify.max_user_instances (128 by default): take labs down or raise it",
         )
 
 

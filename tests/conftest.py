@@ -1,6 +1,6 @@
 """Shared fixtures: a real lab (podman nodes reached over real SSH) for integration and
 molecule tests. Each lab gets a unique name and is removed, by the ids it recorded,
-when the session ends, also when a test fails."""
+when its test module ends (lab2: the session), also when a test fails."""
 
 from __future__ import annotations
 
@@ -31,11 +31,7 @@ def _require_podman() -> None:
         pytest.skip("podman is not installed (run `make setup`)")
 
 
-@pytest.fixture(scope="session")
-def make_lab():
-    _require_podman()
-    created: list[str] = []
-
+def _lab_factory(created: list[str]):
     def make(
         nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu", stack: str | None = None
     ) -> labmod.Lab:
@@ -43,13 +39,34 @@ def make_lab():
         created.append(name)
         return labmod.up(name, nodes, profile, stack=stack)
 
-    yield make
+    return make
+
+
+def _remove(created: list[str]) -> None:
     for name in created:
         if name in labmod.names():
             labmod.down(name)
 
 
+@pytest.fixture(scope="module")
+def make_lab():
+    """Labs for one test module, removed when its tests are done. Not kept for the whole
+    session: every node's systemd takes inotify instances (128 per user by default), and
+    a run holding every module's labs at once starves the next node's sshd."""
+    _require_podman()
+    created: list[str] = []
+    try:
+        yield _lab_factory(created)
+    finally:
+        _remove(created)
+
+
 @pytest.fixture(scope="session")
-def lab2(make_lab) -> labmod.Lab:
+def lab2() -> labmod.Lab:
     """Two emulated HGX H100 nodes, shared by the flow tests (they run in file order)."""
-    return make_lab(nodes=2)
+    _require_podman()
+    created: list[str] = []
+    try:
+        yield _lab_factory(created)(nodes=2)
+    finally:
+        _remove(created)
