@@ -166,6 +166,15 @@ def ensure_lab_key(gnupghome: Path) -> str:
     return fpr
 
 
+def cache_hit(stamp: Path, digest: str, expected) -> bool:
+    """A repository built from ``digest`` is in place: its stamp says so, its files exist."""
+    return (
+        stamp.is_file()
+        and json.loads(stamp.read_text() or "{}").get("hash") == digest
+        and all(p.is_file() for p in expected)
+    )
+
+
 def _content_hash(catalogue_path: Path, fingerprint: str, builder: str = __file__) -> str:
     """What a cached repository was built from: the catalogue, its builder, the key."""
     h = hashlib.sha256()
@@ -338,11 +347,7 @@ def build_repo(out_dir: Path, gnupghome: Path, catalogue_path: Path = CATALOGUE_
     )
     with _locked(out_dir / ".gpuboot-lab.lock"):
         expected = (dists / "InRelease", dists / "Release.gpg", info.public_keyring_path)
-        if (
-            stamp.is_file()
-            and json.loads(stamp.read_text() or "{}").get("hash") == digest
-            and all(p.is_file() for p in expected)
-        ):
+        if cache_hit(stamp, digest, expected):
             return dataclasses.replace(info, rebuilt=False)
         stamp.unlink(missing_ok=True)
         # Rebuilt in place (not swapped) so a bind mount of out_dir stays valid.

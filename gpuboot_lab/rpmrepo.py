@@ -33,7 +33,7 @@ import yaml
 from gpuboot.errors import RunError
 from gpuboot_lab import catalogue as catalogue_mod
 from gpuboot_lab.catalogue import CATALOGUE_PATH, Catalogue, PackageVersion, load_catalogue
-from gpuboot_lab.repo import _content_hash, _gpg, _locked, _run, ensure_lab_key
+from gpuboot_lab.repo import _content_hash, _gpg, _locked, _run, cache_hit, ensure_lab_key
 
 KEY_NAME = "RPM-GPG-KEY-gpuboot-lab"
 STAMP_NAME = ".gpuboot-lab-stamp"
@@ -316,11 +316,7 @@ def build_rpm_repo(
         expected = [info.public_key_path] + [
             info.tree(m) / "repodata" / "repomd.xml.asc" for m in TREES
         ]
-        if (
-            stamp.is_file()
-            and json.loads(stamp.read_text() or "{}").get("hash") == digest
-            and all(p.is_file() for p in expected)
-        ):
+        if cache_hit(stamp, digest, expected):
             return dataclasses.replace(info, rebuilt=False)
         stamp.unlink(missing_ok=True)
         # Rebuilt in place (not swapped) so the repository server's bind mount stays valid.
