@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuboot.report._util import host_key
 from gpuboot.runner import would_change
-from gpuboot.ui import host_ranges, printable
+from gpuboot.ui import host_ranges
 
 FILE_NAME = "diff.txt"
 DIFF_LINES = 12  # per file on the terminal; diff.txt has them all
@@ -110,8 +110,6 @@ def _diff_list(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fit(line: str) -> str:
-    """One terminal line: a node's file content or package text cannot move the cursor."""
-    line = printable(line, one_line=True)
     return line if len(line) <= LINE_WIDTH else line[: LINE_WIDTH - 3] + "..."
 
 
