@@ -58,7 +58,7 @@ test-gate: $(STAMPS)/system $(STAMPS)/promtool lint
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser" -x -q
 
 test-lab: test-gate $(STAMPS)/image
-	$(BIN)/python -m pytest tests -m "lab or molecule or browser"
+	$(BIN)/python -m pytest tests -m "lab or molecule or browser" --durations=40
 
 test-unit: $(STAMPS)/venv
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser"
