@@ -367,6 +367,13 @@ def test_ctrl_c_during_a_play_ends_ansible_playbook_and_raises_keyboard_interrup
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
         f"      ansible_python_interpreter: {sys.executable}\n"
     )
+    # The killed task leaves AnsiballZ's payload directory behind: keep it in this test's
+    # own directory, not the controller's /tmp.
+    controller_tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    payloads_before = set(controller_tmp.glob("ansible_*_payload_*"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     closed = []
     monkeypatch.setattr(runner, "close_ssh_masters", lambda cp: closed.append(cp))
     ended = []
@@ -391,6 +398,7 @@ def test_ctrl_c_during_a_play_ends_ansible_playbook_and_raises_keyboard_interrup
     assert closed and closed[0].name == "cp"  # the run's ssh masters were asked to exit
     assert ended  # the worker runner's cancel leaves behind (and its task) had to be ended
     assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
+    assert set(controller_tmp.glob("ansible_*_payload_*")) == payloads_before
 
 
 def test_certify_interrupted_raises_keyboard_interrupt_without_blaming_limit(
