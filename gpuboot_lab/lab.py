@@ -137,10 +137,12 @@ def up(
     progress: Progress = lambda _: None,
     stack: str | None = None,
     os_spec: str = "debian",
+    proc: Path = Path("/proc"),
 ) -> Lab:
     """Create a lab of ``nodes`` emulated ``profile`` servers; return it when SSH answers.
 
-    ``os_spec`` names the nodes' OS (``el9``) or OSes taken in turn (``debian,el9``).
+    ``os_spec`` names the nodes' OS (``el9``) or OSes taken in turn (``debian,el9``);
+    ``proc`` is where the inotify preflight reads the limit and the instances held.
     """
     from gpuboot.profiles import load_profile
     from gpuboot_lab.image import ensure_el_image, ensure_image
@@ -165,6 +167,9 @@ def up(
             f"lab {name!r} already exists",
             hint=f"`gpuboot lab down --name {name}` first, or pick another --name",
         )
+    from gpuboot_lab.inotify import require_room
+
+    require_room(nodes, proc)  # else the last nodes' sshd never starts: refuse before any
     if shutil.which("ssh-keygen") is None:
         raise RunError("ssh-keygen is not installed", hint="run `make setup`")
 
