@@ -23,6 +23,10 @@ $(STAMPS)/system: Makefile
 	  echo "installing Debian packages: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# Each lab node's systemd takes 6 inotify instances: the default 128 starves the suite's labs.
+	@if [ "$$(sysctl -n fs.inotify.max_user_instances)" -lt 1024 ]; then \
+	  sysctl -q -w fs.inotify.max_user_instances=1024; \
+	fi
 	@touch $@
 
 $(STAMPS)/venv: pyproject.toml
