@@ -62,7 +62,7 @@ def test_nodes_that_do_not_fit_are_refused_naming_the_limit_the_room_and_the_fix
 
 
 def test_a_full_machine_fits_no_node_and_a_raised_limit_suggests_more(tmp_path):
-    proc = fake_proc(tmp_path, 1024, lab_nodes(171))  # 1026 held: over the limit already
+    proc = fake_proc(tmp_path, 1024, [(ME, 1026, 0)])  # over the limit already
     with pytest.raises(BadInput) as caught:
         inotify.require_room(1, proc, uid=ME)
     assert "so 0 more node(s) fit" in caught.value.message
