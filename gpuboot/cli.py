@@ -188,8 +188,11 @@ def cmd_matrix(args) -> Outcome:
         f"{v['rule']} {v['where']}: {v['message']}\n    fix: {v['fix']}\n    source: {v['source']}"
         for v in doc["violations"]
     )
-    if not doc.get("rules_checked", True):
-        text += "\ncompatibility rules not checked: the stack file must read first"
+    if doc["rules_not_checked"]:
+        text += (
+            "\ncompatibility rules not checked (not judged: each needs a value with a schema "
+            f"fault): {', '.join(doc['rules_not_checked'])}"
+        )
     return Outcome(EXIT_BAD_INPUT, doc, text)
 
 

@@ -63,76 +63,58 @@ def _fault(exc: ConfigError) -> dict[str, Any]:
     }
 
 
-def schema_faults(name: str) -> list[ConfigError]:
-    """Every top-level section's first schema fault (the reader stops at one): the file is
-    read again with each faulty section replaced by a shipped stack's (known good) one, so
-    the faults of the other sections still show. Sections are read independently."""
-    import yaml
+def _judge(stack: Any, profile: dict[str, Any] | None) -> tuple[list[Any], list[str]]:
+    """check_stack's rules one at a time: a rule that needs a value with a schema fault
+    (NotRead) is named as not judged, and the other rules are still judged."""
+    from gpuboot.stacks.model import NotRead
+    from gpuboot.stacks.rules import RULES, _Ctx
 
-    from gpuboot.stacks import STACK_DIR, list_stacks, load_stack
-    from gpuboot.stacks.model import parse_stack
-
-    try:
-        load_stack(name)
-        return []
-    except ConfigError as exc:
-        faults = [exc]
-    path = Path(name) if "/" in name or name.endswith((".yaml", ".yml")) else None
-    if path is None:  # a shipped stack that does not read: nothing more to learn
-        return faults
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        template = yaml.safe_load((STACK_DIR / f"{list_stacks()[0]}.yaml").read_text())
-    except (OSError, yaml.YAMLError):  # the first fault already says so
-        return faults
-    label = (faults[0].where or "").split(": ", 1)[0]
-    patched: set[str] = set()
-    while isinstance(data, dict):
-        where = faults[-1].where or ""
-        if not where.startswith(f"{label}: "):
-            break
-        section = where[len(label) + 2 :].split(".", 1)[0].split("[", 1)[0]
-        if section in patched:  # the template's own section does not read here
-            break
-        patched.add(section)
-        if section == "name":
-            data["name"] = path.stem
-        elif section in template:
-            data[section] = template[section]
-        else:  # an unknown top-level key
-            data.pop(section, None)
+    ctx = _Ctx(stack=stack, profile=profile, label=stack.label)
+    found, not_judged = [], []
+    for rule in RULES:
+        if rule.needs_profile and profile is None:
+            continue
         try:
-            parse_stack(data, path, label)
-            break
-        except ConfigError as exc:
-            faults.append(exc)
-    return faults
+            found.extend(rule.check(rule, ctx))
+        except NotRead:
+            not_judged.append(rule.id)
+    return found, not_judged
 
 
 def check(name: str, profiles: list[str] | None = None) -> dict[str, Any]:
-    """Every violation of the stack, against each profile it names (or the ones given).
-    A stack file that does not read lists every section's schema fault instead (the
-    compatibility rules need a whole stack)."""
+    """Every violation of the stack: each schema fault of the file, then each broken
+    compatibility rule against each profile it names (or the ones given). A rule that
+    needs a value with a schema fault is listed as not checked, never guessed at."""
     from gpuboot.profiles import load_profile
-    from gpuboot.stacks import check_stack, load_stack
+    from gpuboot.stacks import load_stack
+    from gpuboot.stacks.model import StackFaults, known
+    from gpuboot.stacks.rules import RULES
 
-    faults = schema_faults(name)
-    if faults:
-        for p in profiles or []:
-            load_profile(p)  # an unknown --profile is still bad input of its own
+    try:
+        stack, faults, label = load_stack(name), (), None
+    except StackFaults as exc:
+        stack, faults, label = exc.stack, exc.faults, exc.label
+    violations = [_fault(f) for f in faults]
+    for p in profiles or []:
+        load_profile(p)  # an unknown --profile is bad input of its own
+    if stack is None:  # nothing read (not YAML, not a mapping): no rule can be judged
         return {
             "stack": Path(name).stem,
-            "file": name,
+            "file": label or name,
             "profiles": profiles or [],
-            "violations": [_fault(f) for f in faults],
+            "violations": violations,
             "rules_checked": False,
+            "rules_not_checked": [r.id for r in RULES],
         }
-    stack = load_stack(name)
-    targets = profiles or list(stack.profiles) or [None]
+    declared = list(stack.profiles) if known(stack.profiles) else []
+    targets = profiles or declared or [None]
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    skipped: set[str] = set()
     for profile_name in targets:
         profile = load_profile(profile_name) if profile_name else None
-        for v in check_stack(stack, profile):
+        broken, not_judged = _judge(stack, profile)
+        skipped.update(not_judged)
+        for v in broken:
             entry = found.setdefault(
                 (v.rule_id, v.where, v.message),
                 {
@@ -146,13 +128,13 @@ def check(name: str, profiles: list[str] | None = None) -> dict[str, Any]:
             )
             if profile_name:
                 entry["profiles"].append(profile_name)
-    violations = list(found.values())
     return {
-        "stack": stack.name,
+        "stack": stack.name if known(stack.name) else Path(name).stem,
         "file": stack.label,
         "profiles": targets,
-        "violations": violations,
-        "rules_checked": True,
+        "violations": violations + list(found.values()),
+        "rules_checked": not skipped,
+        "rules_not_checked": [r.id for r in RULES if r.id in skipped],
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -105,7 +105,7 @@ class Stack:
 
     def kernel_pins(self, os_family: str) -> KernelPins:
         pins = self.kernel.pins_for(os_family)
-        assert isinstance(pins, KernelPins)  # parse_stack builds kernel pins as KernelPins
+        assert isinstance(pins, KernelPins | Unread)  # the reader builds kernel pins as such
         return pins
 
     def components(self) -> list[Component]:
@@ -127,39 +127,125 @@ def check_os_family(os_family: str) -> None:
         )
 
 
+# ---------------------------------------------------------------- unread values
+class NotRead(Exception):
+    """A compatibility rule used a value whose key has a schema fault (see Unread)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+class Unread:
+    """Stands in the model for a value whose key has a schema fault (the fault itself is
+    listed). Any use of it -- compare, test, format, iterate, an attribute -- raises
+    NotRead, so a rule that needs the value is left unjudged, never judged on a guess."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"<unread {self.key}>"
+
+    def _refuse(self, *_args: Any) -> NoReturn:
+        raise NotRead(self.key)
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __hash__ = __bool__ = __str__ = __format__ = __len__ = __iter__ = _refuse  # type: ignore[assignment]
+    __contains__ = __getitem__ = __int__ = __index__ = __float__ = _refuse
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("__"):  # copy, pickle and friends probe for optional hooks
+            raise AttributeError(name)
+        raise NotRead(self.key)
+
+
+def known(*values: Any) -> bool:
+    """None of ``values`` is Unread (a cross-key check needs every value it compares)."""
+    return not any(isinstance(v, Unread) for v in values)
+
+
+class StackFaults(ConfigError):
+    """A stack file that does not read: every schema fault in one error (``faults``, each
+    naming the file, the key and the fix), and what did read (``stack``, its faulty values
+    Unread; None when nothing did) so `matrix check` can still judge the rules."""
+
+    def __init__(self, label: str, faults: list[ConfigError], stack: Stack | None):
+        # ``where`` and ``hint`` stay the first fault's (the key to fix first); the
+        # message goes on to list every fault with its key and fix
+        first = faults[0]
+        message, hint = first.message, first.hint
+        if len(faults) > 1:
+            prefix = f"{label}: "
+            message += f"; {len(faults)} schema faults in all:" + "".join(
+                f"\n  {(f.where or '').removeprefix(prefix)}: {f.message} (fix: {f.hint})"
+                for f in faults
+            )
+            hint = (
+                f"{hint}; then fix the others as listed (`gpuboot matrix check {label}` "
+                "also judges the compatibility rules)"
+            )
+        super().__init__(message, where=first.where, hint=hint)
+        self.label = label
+        self.faults = tuple(faults)
+        self.stack = stack
+
+
 # ---------------------------------------------------------------- schema reader
 class _Reader:
-    """Checks one parsed stack file; every error names ``<file>: <key>`` and the fix."""
+    """Checks one parsed stack file, each fault naming ``<file>: <key>`` and the fix.
+    With ``collect`` it collects every fault (``faults``) and a faulty value reads as
+    Unread; a value that is Unread already (its mapping was faulty) passes through with
+    no second fault. Without, the first fault raises (inventory.py's driver pins)."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, *, collect: bool = False):
         self.label = label
+        self.collect = collect
+        self.faults: list[ConfigError] = []
 
     def error(self, key: str, message: str, hint: str) -> ConfigError:
         return ConfigError(message, where=f"{self.label}: {key}", hint=hint)
 
+    def fault(self, key: str, message: str, hint: str) -> Unread:
+        err = self.error(key, message, hint)
+        if not self.collect:
+            raise err
+        self.faults.append(err)
+        return Unread(key)
+
     def mapping(
         self, value: Any, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | Unread:
+        """The known keys of ``value``; a missing required key reads as Unread."""
         shown = key or "top level"
+        if isinstance(value, Unread):
+            return value
         if not isinstance(value, dict):
-            raise self.error(shown, "must be a mapping", f"write {shown} as `key: value` lines")
+            return self.fault(shown, "must be a mapping", f"write {shown} as `key: value` lines")
         allowed = set(required) | set(optional)
         for k in value:
             if k not in allowed:
-                raise self.error(
+                self.fault(
                     _join(key, str(k)),
                     f"unknown key {k!r}",
                     "remove it or fix its spelling; keys allowed here: "
                     + ", ".join(sorted(allowed)),
                 )
+        data = {k: v for k, v in value.items() if k in allowed}
         for k in required:
             if k not in value:
-                raise self.error(_join(key, k), f"missing key {k!r}", f"add {_join(key, k)}")
-        return value
+                data[k] = self.fault(_join(key, k), f"missing key {k!r}", f"add {_join(key, k)}")
+        return data
 
-    def string(self, value: Any, key: str, pattern: re.Pattern[str] | None, example: str) -> str:
+    def string(
+        self, value: Any, key: str, pattern: re.Pattern[str] | None, example: str
+    ) -> str | Unread:
+        if isinstance(value, Unread):
+            return value
         if not isinstance(value, str):
-            raise self.error(
+            return self.fault(
                 key,
                 f"must be a string, got {type(value).__name__} {value!r}",
                 f"quote it (YAML reads bare numbers as numbers), e.g. {key.split('.')[-1]}: "
@@ -167,17 +253,19 @@ class _Reader:
             )
         # fullmatch: a pattern's `$` would let one trailing line break through
         if pattern is not None and not pattern.fullmatch(value):
-            raise self.error(key, f"malformed value {value!r}", f"write it like {example!r}")
+            return self.fault(key, f"malformed value {value!r}", f"write it like {example!r}")
         return value
 
-    def boolean(self, value: Any, key: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.error(key, f"must be true or false, got {value!r}", "write true or false")
-        return value
+    def boolean(self, value: Any, key: str) -> bool | Unread:
+        if isinstance(value, Unread | bool):
+            return value
+        return self.fault(key, f"must be true or false, got {value!r}", "write true or false")
 
-    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+    def strings(self, value: Any, key: str) -> tuple[str, ...] | Unread:
+        if isinstance(value, Unread):
+            return value
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.error(key, "must be a list of strings", f"write {key} as [a, b]")
+            return self.fault(key, "must be a list of strings", f"write {key} as [a, b]")
         return tuple(value)
 
 
@@ -185,7 +273,7 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: str | None) -> Pins:
+def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: Any) -> Pins | Unread:
     kernel = key.startswith("kernel.")
     required = ("package", "version")
     optional: tuple[str, ...] = ("depends",)
@@ -195,25 +283,30 @@ def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: str | None
     elif family == "redhat" and key.startswith("driver."):
         optional += ("module_stream",)
     data = r.mapping(raw, key, required, optional)
+    if isinstance(data, Unread):
+        return data
     name_re, version_re = _NAME_RE[family], PACKAGE_VERSION_RE[family]
     package = r.string(data["package"], f"{key}.package", name_re, "nvidia-driver-550-open")
     version = r.string(data["version"], f"{key}.version", version_re, _VERSION_EXAMPLE[family])
-    if upstream is not None and upstream_of(version) != upstream:
-        raise r.error(
+    if upstream is not None and known(version, upstream) and upstream_of(version) != upstream:
+        version = r.fault(
             f"{key}.version",
             f"package version {version!r} is not upstream version {upstream!r}",
             f"make the package version {upstream}-<revision>, or change the component's "
             "version to match",
         )
-    depends: list[Package] = []
-    for i, item in enumerate(r.strings(data.get("depends", []), f"{key}.depends")):
+    items = r.strings(data.get("depends", []), f"{key}.depends")
+    depends: tuple[Package, ...] | Unread = items if isinstance(items, Unread) else ()
+    for i, item in enumerate(() if isinstance(items, Unread) else items):
         # "name" shares the main package's version; "name=version" pins its own.
         name, sep, own = item.partition("=")
         item_key = f"{key}.depends[{i}]"
-        r.string(name, item_key, name_re, "nvidia-utils-550")
+        checked = r.string(name, item_key, name_re, "nvidia-utils-550")
         if sep:
-            r.string(own, item_key, version_re, f"{name}={_VERSION_EXAMPLE[family]}")
-        depends.append(Package(name, own if sep else version))
+            version_of = r.string(own, item_key, version_re, f"{name}={_VERSION_EXAMPLE[family]}")
+        else:
+            version_of = version
+        depends = (*depends, Package(checked, version_of))  # type: ignore[arg-type]
     if not kernel:
         stream = data.get("module_stream")
         if stream is not None:
@@ -223,18 +316,18 @@ def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: str | None
                 re.compile(r"^[\w-]+:[\w.-]+$"),
                 "nvidia-driver:550-open",
             )
-        return Pins(package=package, version=version, depends=tuple(depends), module_stream=stream)
+        return Pins(package=package, version=version, depends=depends, module_stream=stream)  # type: ignore[arg-type]
     hold = r.string(data["hold"], f"{key}.hold", None, HOLD_METHODS[family][0])
-    if hold not in HOLD_METHODS[family]:
-        raise r.error(
+    if known(hold) and hold not in HOLD_METHODS[family]:
+        hold = r.fault(
             f"{key}.hold",
             f"unknown hold method {hold!r} for {family}",
             f"use {' or '.join(HOLD_METHODS[family])}",
         )
-    return KernelPins(
+    return KernelPins(  # type: ignore[arg-type]
         package=package,
         version=version,
-        depends=tuple(depends),
+        depends=depends,
         distro=r.string(data["distro"], f"{key}.distro", _DISTRO_RE, "ubuntu22.04"),
         release=r.string(
             data["release"], f"{key}.release", _KERNEL_RELEASE_RE, "5.15.0-119-generic"
@@ -244,7 +337,9 @@ def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: str | None
     )
 
 
-def _read_component(r: _Reader, raw: Any, name: str, extra: tuple[str, ...] = ()) -> Component:
+def _read_component(
+    r: _Reader, raw: Any, name: str, extra: tuple[str, ...] = ()
+) -> Component | Unread:
     optional_component = name in OPTIONAL_COMPONENTS
     if optional_component and isinstance(raw, dict) and raw.get("enabled") is False:
         r.mapping(raw, name, ("enabled",), ("version", *OS_FAMILIES, *extra))
@@ -253,50 +348,63 @@ def _read_component(r: _Reader, raw: Any, name: str, extra: tuple[str, ...] = ()
     required = (*(("version",) if has_version else ()), *OS_FAMILIES, *extra)
     optional = ("enabled",) if optional_component else ()
     data = r.mapping(raw, name, required, optional)
-    if "enabled" in data:
-        r.boolean(data["enabled"], f"{name}.enabled")
+    if isinstance(data, Unread):
+        return data
+    # a component that is not `enabled: false` is enabled; a non-boolean is not known
+    enabled = r.boolean(data["enabled"], f"{name}.enabled") if "enabled" in data else True
     version = (
         r.string(data["version"], f"{name}.version", UPSTREAM_RE, "12.4.1") if has_version else None
     )
     pins = {f: _read_pins(r, data[f], f"{name}.{f}", f, version) for f in OS_FAMILIES}
-    return Component(name=name, enabled=True, version=version, pins=pins)
+    return Component(name=name, enabled=enabled, version=version, pins=pins)  # type: ignore[arg-type]
 
 
-def _read_driver(r: _Reader, raw: Any) -> Driver:
+def _read_driver(r: _Reader, raw: Any) -> Driver | Unread:
     base = _read_component(r, raw, "driver", ("branch", "flavor"))
-    branch = r.string(raw["branch"], "driver.branch", _BRANCH_RE, "550")
-    flavor = r.string(raw["flavor"], "driver.flavor", None, "open")
-    if flavor not in FLAVORS:
-        raise r.error("driver.flavor", f"unknown flavor {flavor!r}", "use open or proprietary")
-    if not str(base.version).startswith(f"{branch}."):
-        raise r.error(
+    if isinstance(base, Unread):
+        return base
+    # base read, so raw is a mapping; a missing branch or flavor is a fault already
+    branch = r.string(
+        raw.get("branch", Unread("driver.branch")), "driver.branch", _BRANCH_RE, "550"
+    )
+    flavor = r.string(raw.get("flavor", Unread("driver.flavor")), "driver.flavor", None, "open")
+    if known(flavor) and flavor not in FLAVORS:
+        flavor = r.fault("driver.flavor", f"unknown flavor {flavor!r}", "use open or proprietary")
+    version = base.version
+    if known(version, branch) and not str(version).startswith(f"{branch}."):
+        # which of the two is wrong is the operator's call: neither is used
+        version = r.fault(
             "driver.version",
-            f"driver {base.version} is not on branch {branch}",
-            f"set driver.branch to {str(base.version).split('.')[0]!r} or pick a {branch}.x driver",
+            f"driver {version} is not on branch {branch}",
+            f"set driver.branch to {str(version).split('.')[0]!r} or pick a {branch}.x driver",
         )
-    return Driver(
+        branch = Unread("driver.branch")
+    return Driver(  # type: ignore[arg-type]
         name="driver",
         enabled=True,
-        version=base.version,
+        version=version,
         pins=base.pins,
         branch=branch,
         flavor=flavor,
     )
 
 
-def parse_stack(data: Any, path: Path, label: str) -> Stack:
-    """Check a parsed stack document and build the Stack (ConfigError on the first fault)."""
-    r = _Reader(label)
+def read_stack(data: Any, path: Path, label: str) -> tuple[Stack | None, list[ConfigError]]:
+    """Check a parsed stack document: the Stack and every schema fault. With faults, the
+    Stack holds Unread for each faulty value (None when the document is no mapping)."""
+    r = _Reader(label, collect=True)
     top = r.mapping(
         data,
         "",
         ("schema", "name", "description", "profiles", *COMPONENTS, "nvidia_peermem"),
     )
-    if top["schema"] != SCHEMA:
-        raise r.error("schema", f"unsupported schema {top['schema']!r}", f"set schema: {SCHEMA}")
+    if isinstance(top, Unread):
+        return None, r.faults
+    if known(top["schema"]) and top["schema"] != SCHEMA:
+        r.fault("schema", f"unsupported schema {top['schema']!r}", f"set schema: {SCHEMA}")
     name = r.string(top["name"], "name", _STACK_NAME_RE, "lts-550-cuda12.4")
-    if name != path.stem:
-        raise r.error(
+    if known(name) and name != path.stem:
+        name = r.fault(
             "name",
             f"name {name!r} differs from the file name {path.name!r}",
             f"rename the file to {name}.yaml or set name: {path.stem}",
@@ -306,34 +414,48 @@ def parse_stack(data: Any, path: Path, label: str) -> Stack:
         c: _read_driver(r, top[c]) if c == "driver" else _read_component(r, top[c], c)
         for c in COMPONENTS
     }
-    return Stack(
+    stack = Stack(  # type: ignore[arg-type]
         name=name,
         description=r.string(top["description"], "description", None, "what it is for"),
         path=path,
         label=label,
         profiles=r.strings(top["profiles"], "profiles"),
-        nvidia_peermem=r.boolean(peermem["enabled"], "nvidia_peermem.enabled"),
-        **components,  # type: ignore[arg-type]
+        nvidia_peermem=peermem
+        if isinstance(peermem, Unread)
+        else r.boolean(peermem["enabled"], "nvidia_peermem.enabled"),
+        **components,
     )
+    return stack, r.faults
+
+
+def parse_stack(data: Any, path: Path, label: str) -> Stack:
+    """Check a parsed stack document and build the Stack (StackFaults, a ConfigError
+    naming every schema fault, if any)."""
+    stack, faults = read_stack(data, path, label)
+    if faults or stack is None:
+        raise StackFaults(label, faults, stack)
+    return stack
 
 
 def read_stack_file(path: Path, label: str) -> Stack:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(
+        fault = ConfigError(
             f"cannot read stack file: {exc.strerror}",
             where=label,
             hint="check the path, or name a shipped stack (gpuboot/stacks/*.yaml)",
-        ) from exc
+        )
+        raise StackFaults(label, [fault], None) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
+        fault = ConfigError(
             f"not valid YAML: {getattr(exc, 'problem', exc)}",
             where=f"{label}:{line}",
             hint="fix the YAML syntax (indentation, quotes)",
-        ) from exc
+        )
+        raise StackFaults(label, [fault], None) from exc
     return parse_stack(data, path, label)
