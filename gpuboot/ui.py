@@ -51,30 +51,48 @@ def clip(text: str, width: int) -> str:
 
 def host_ranges(hosts) -> str:
     """Host names folded into ranges, in natural order: node1..node4, node7 and gpu-a3 read
-    ``node[1-4,7], gpu-a3`` (the hostlist notation of cluster tools)."""
+    ``node[1-4,7], gpu-a3`` (the hostlist notation of cluster tools). Zero-padded numbers
+    keep their width (gpu01..gpu03 read ``gpu[01-03]``; gpu10 joins them), and never share
+    a range with unpadded ones or another width: gpu1 and gpu01 are two hosts."""
     from gpuboot.report._util import host_key  # the one natural order (node2 < node10)
 
-    groups: dict[str, list[int]] = {}
+    # (prefix, width): width 0 unpadded, -1 a name without a number
+    groups: dict[tuple[str, int], list[int]] = {}
     for host in hosts:
         found = _NUMBERED.fullmatch(str(host))
-        if found and not (len(found[2]) > 1 and found[2].startswith("0")):
-            groups.setdefault(found[1], []).append(int(found[2]))
+        if not found:
+            groups.setdefault((str(host), -1), [])
+            continue
+        digits = found[2]
+        width = len(digits) if len(digits) > 1 and digits.startswith("0") else 0
+        groups.setdefault((found[1], width), []).append(int(digits))
+    for (prefix, width), numbers in list(groups.items()):
+        if width != 0:
+            continue
+        stay: list[int] = []
+        for n in numbers:  # gpu10 beside gpu01..gpu09 is as wide as they are: one of them
+            groups.get((prefix, len(str(n))), stay).append(n)
+        if stay:
+            groups[(prefix, 0)] = stay
         else:
-            groups.setdefault(str(host), [])
+            del groups[(prefix, 0)]
     parts = []
-    for prefix, numbers in groups.items():
-        if not numbers:
+    for (prefix, width), numbers in groups.items():
+        if width < 0:
             parts.append((prefix, prefix))
             continue
         numbers = sorted(set(numbers))
+        spec = f"0{width}d"  # width 0: as the number is
         runs, start = [], numbers[0]
         for prev, cur in zip(numbers, [*numbers[1:], None], strict=True):
             if cur is None or cur != prev + 1:  # a run ends at prev
-                runs.append(str(start) if start == prev else f"{start}-{prev}")
+                runs.append(f"{start:{spec}}" if start == prev else f"{start:{spec}}-{prev:{spec}}")
                 start = cur
-        text = f"{prefix}{numbers[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(runs)}]"
-        parts.append((f"{prefix}{numbers[0]}", text))
-    return ", ".join(text for _, text in sorted(parts, key=lambda p: host_key(p[0])))
+        first = f"{prefix}{numbers[0]:{spec}}"
+        text = first if len(numbers) == 1 else f"{prefix}[{','.join(runs)}]"
+        parts.append((first, text))
+    # gpu01 before gpu1 where the natural order ties
+    return ", ".join(text for _, text in sorted(parts, key=lambda p: (host_key(p[0]), p[0])))
 
 
 _NUMBERED = re.compile(r"(.*?)(\d+)")
