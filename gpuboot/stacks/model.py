@@ -3,7 +3,9 @@
 A stack pins one supported combination of kernel, NVIDIA driver, fabric manager,
 NSCQ, CUDA, DOCA-OFED, GPUDirect Storage, nvidia_peermem, container toolkit and DCGM,
 with exact package names and versions per OS family. The schema is in README.md.
-Every schema error is a ConfigError naming the file, the key and the fix.
+Every schema fault is a ConfigError naming the file, the key and the fix; reading a
+stack collects every one (``read_stack``), and loading one raises them all at once
+(StackFaults), so an operator fixes a file in one pass.
 """
 
 from __future__ import annotations

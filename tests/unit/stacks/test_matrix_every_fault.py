@@ -5,6 +5,7 @@ by install/plan, which refuse the file (exit 2) before any host is touched."""
 from __future__ import annotations
 
 import json
+import operator
 import socket
 import subprocess
 import sys
@@ -135,3 +136,26 @@ def test_a_clean_stack_still_reads_and_checks_clean():
     doc = matrix.check("lts-550-cuda12.4")
     assert doc["violations"] == [] and doc["rules_checked"] is True
     assert doc["rules_not_checked"] == []
+
+
+def test_an_unread_value_refuses_every_use():
+    from gpuboot.stacks.model import NotRead, Unread
+
+    u = Unread("cuda.version")
+    uses = [
+        lambda: u == "12.4.1",
+        lambda: operator.ne("12.4.1", u),  # the reflected comparison too
+        lambda: bool(u),
+        lambda: str(u),
+        lambda: f"{u}",
+        lambda: int(u),
+        lambda: list(u),
+        lambda: u.startswith("12"),
+        lambda: {u},
+        lambda: "12" in u,
+        lambda: u < "13",
+    ]
+    for i, use in enumerate(uses):
+        with pytest.raises(NotRead) as err:
+            use()
+        assert err.value.key == "cuda.version", i
