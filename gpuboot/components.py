@@ -61,7 +61,7 @@ class Role:
     needs: tuple[str, ...]  # prerequisite roles, in install order
     rules: tuple[str, ...]  # the certify rules that judge it
     whole_stack: bool
-    undo: Undo
+    undo: dict[str, Undo]  # OS family -> its own undo (a hold is apt-mark's or versionlock's)
 
 
 @dataclass(frozen=True)
@@ -187,32 +187,55 @@ def _role(r: _Reader, name: str, raw: Any, roles_dir: Path, rule_ids: set[str]) 
         for i, n in enumerate(r.strings(data["needs"], f"{key}.needs"))
     )
     rules = r.strings(data["rules"], f"{key}.rules")
-    undo = r.mapping(data["undo"], f"{key}.undo", {"command", "fails"})
-    for i, rule in enumerate([*rules, undo.get("fails")]):
-        where = f"{key}.rules[{i}]" if i < len(rules) else f"{key}.undo.fails"
+    for i, rule in enumerate(rules):
         if rule not in rule_ids:
             raise r.error(
-                where,
+                f"{key}.rules[{i}]",
                 f"no certify rule {rule!r}",
                 "name a rule of gpuboot.checks.rules.RULES (e.g. STK-002)",
             )
-    if undo["fails"] not in rules:
-        raise r.error(
-            f"{key}.undo.fails",
-            f"{undo['fails']} does not judge this role",
-            f"add it to {key}.rules",
-        )
-    if not isinstance(undo.get("command"), str) or not undo["command"].strip():
-        raise r.error(
-            f"{key}.undo.command", "must be a shell command", "write the command as a string"
-        )
     return Role(
         name=r.role_dir(name, key, roles_dir),
         needs=needs,
         rules=rules,
         whole_stack=r.boolean(data, key, "whole_stack", False),
-        undo=Undo(command=undo["command"], fails=undo["fails"]),
+        undo=_undo(r, data["undo"], key, rules, rule_ids),
     )
+
+
+def _undo(
+    r: _Reader, value: Any, role_key: str, rules: tuple[str, ...], rule_ids: set[str]
+) -> dict[str, Undo]:
+    """Every OS family's undo: the molecule matrix runs each role on both families."""
+    key = f"{role_key}.undo"
+    families = r.mapping(value, key, set(OS_FAMILIES))
+    out = {}
+    for family in OS_FAMILIES:
+        where = f"{key}.{family}"
+        if family not in families:
+            raise r.error(
+                where,
+                f"no undo for {family} nodes",
+                f"add {where}: {{command: ..., fails: ...}} (the role runs on both families)",
+            )
+        undo = r.mapping(families[family], where, {"command", "fails"})
+        fails = undo.get("fails")
+        if fails not in rule_ids:
+            raise r.error(
+                f"{where}.fails",
+                f"no certify rule {fails!r}",
+                "name a rule of gpuboot.checks.rules.RULES (e.g. STK-002)",
+            )
+        if fails not in rules:
+            raise r.error(
+                f"{where}.fails", f"{fails} does not judge this role", f"add it to {role_key}.rules"
+            )
+        if not isinstance(undo.get("command"), str) or not undo["command"].strip():
+            raise r.error(
+                f"{where}.command", "must be a shell command", "write the command as a string"
+            )
+        out[family] = Undo(command=undo["command"], fails=fails)
+    return out
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -31,13 +31,20 @@ def _require_podman() -> None:
         pytest.skip("podman is not installed (run `make setup`)")
 
 
+def _lab_name() -> str:
+    return f"t{os.getpid() % 10000}-{uuid.uuid4().hex[:6]}"
+
+
 def _lab_factory(created: list[str]):
     def make(
-        nodes: int = 2, profile: str = "hgx-h100-sxm-8gpu", stack: str | None = None
+        nodes: int = 2,
+        profile: str = "hgx-h100-sxm-8gpu",
+        stack: str | None = None,
+        os: str = "debian",  # as `gpuboot lab up --os`: el9, or debian,el9 (nodes in turn)
     ) -> labmod.Lab:
-        name = f"t{os.getpid() % 10000}-{uuid.uuid4().hex[:6]}"
+        name = _lab_name()
         created.append(name)
-        return labmod.up(name, nodes, profile, stack=stack)
+        return labmod.up(name, nodes, profile, stack=stack, os_spec=os)
 
     return make
 

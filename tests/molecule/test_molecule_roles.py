@@ -1,11 +1,15 @@
 """`molecule test -s role` for every role of gpuboot/components.yaml: the role alone on a
-fresh 1-node lab (after the roles it builds on), idempotence, and the certify rules that
-judge it as verifier; then the same verifier fails once the role's work is undone on the
-node. The one scenario takes the role, its prerequisites and its rules from the
-environment (GPUBOOT_ROLE, GPUBOOT_ROLE_NEEDS, GPUBOOT_RULES), set here from the table."""
+fresh mixed 2-node lab, node1 Debian and node2 el9 (one inventory, both nodes molecule
+platforms: prepare, converge, idempotence and verify run on both at once), after the roles
+it builds on, idempotence, and the certify rules that judge it as verifier, on each node;
+then the same verifier fails on both once each node's OS family's undo (apt-mark on one,
+versionlock on the other...) took back part of the role's work. The one scenario takes the
+role, its prerequisites and its rules from the environment (GPUBOOT_ROLE,
+GPUBOOT_ROLE_NEEDS, GPUBOOT_RULES), set here from the table."""
 
 from __future__ import annotations
 
+import re
 from itertools import chain
 
 import pytest
@@ -25,6 +29,7 @@ pytestmark = pytest.mark.molecule
 STACK = "lts-550-cuda12.4"
 PROFILE = "hgx-h100-sxm-8gpu"
 SCENARIO = "role"
+OSES = "debian,el9"  # node1 Debian, node2 el9: molecule/role/molecule.yml's two platforms
 TABLE = load()
 # Role -> the prefixes of the role variables for what it installs (gpuboot.stacks.role_vars).
 COMPONENTS = TABLE.part_prefixes()
@@ -44,10 +49,36 @@ def scoped_vars(variables: dict, roles: list[str]) -> dict:
     keep = set(chain.from_iterable(COMPONENTS.get(r, ()) for r in roles))
     out = dict(variables)
     for prefix in set(chain.from_iterable(COMPONENTS.values())) - keep:
-        for suffix, off in (("_packages", []), ("_enabled", False), ("_version", None)):
+        # EL8/9: the driver's module stream too (STK-002 would look for it enabled)
+        for suffix, off in (
+            ("_packages", []),
+            ("_enabled", False),
+            ("_version", None),
+            ("_module_stream", ""),
+        ):
             if prefix + suffix in out and prefix + suffix != "nvidia_driver_version":
                 out[prefix + suffix] = off
     return out
+
+
+def pin_nodes(lab: labmod.Lab, role: str, roles: list[str]) -> None:
+    """Each node's own OS family's pins as its host variables (scoped to ``roles``
+    unless the role guards the whole stack), the role's settings for all."""
+    doc = yaml.safe_load(lab.inventory.read_text())
+    hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    for node in lab.nodes:
+        pins = role_vars(load_stack(STACK), node.family)
+        # The scoped pins stand alone: no stack name for certify to re-apply in full.
+        pins.pop("gpuboot_stack")
+        hosts[node.name].update(pins if TABLE.role(role).whole_stack else scoped_vars(pins, roles))
+    doc["all"]["vars"].pop("gpuboot_stack")
+    doc["all"]["vars"].update(SETTINGS.get(role, {}))
+    lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def failed_on(out: str, rule: str) -> set[str]:
+    """The hosts whose test of ``rule`` failed in testinfra's short summary."""
+    return set(re.findall(rf"^FAILED \S*test_rule\[ansible://(\w+)-{rule}\]", out, re.M))
 
 
 @pytest.mark.parametrize("role", [r.name for r in TABLE.roles])
@@ -60,30 +91,35 @@ def test_role_scenario(make_lab, tmp_path, role):
         "GPUBOOT_ROLE_NEEDS": " ".join(entry.needs),
         "GPUBOOT_RULES": " or ".join(rules),
     }
-    lab = make_lab(nodes=1, profile=PROFILE, stack=STACK)
+    lab = make_lab(nodes=2, profile=PROFILE, stack=STACK, os=OSES)
     try:
-        doc = yaml.safe_load(lab.inventory.read_text())
-        pins = role_vars(load_stack(STACK))
-        doc["all"]["vars"].update(pins if entry.whole_stack else scoped_vars(pins, roles))
-        doc["all"]["vars"].update(SETTINGS.get(role, {}))
-        # The scoped pins stand alone: no stack name for certify to re-apply in full.
-        doc["all"]["vars"].pop("gpuboot_stack")
-        lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert [n.family for n in lab.nodes] == ["debian", "redhat"]
+        pin_nodes(lab, role, roles)
+        nodes = len(lab.nodes)
 
         proc = molecule("test", "-s", SCENARIO, inventory=lab.inventory, state=tmp_path, env=env)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
         assert "idempotence] Executed: Successful" in out
         deselected = len(RULES) - len(rules)
-        assert verifier_summary(out) == {"passed": len(rules), "deselected": deselected}, out[
-            -3000:
-        ]
+        # every rule of the role judged on both nodes
+        assert verifier_summary(out) == {
+            "passed": nodes * len(rules),
+            "deselected": nodes * deselected,
+        }, out[-3000:]
 
-        ssh_ok(lab, entry.undo.command)
+        for node in lab.nodes:
+            ssh_ok(lab, entry.undo[node.family].command, node.name)
         proc = molecule("verify", "-s", SCENARIO, inventory=lab.inventory, state=tmp_path, env=env)
         out = proc.stdout + proc.stderr
-        assert proc.returncode != 0 and f"{entry.undo.fails} " in out, out[-3000:]
-        failed = {"failed": 1, "passed": len(rules) - 1, "deselected": deselected}
+        assert proc.returncode != 0, out[-3000:]
+        for node in lab.nodes:
+            assert failed_on(out, entry.undo[node.family].fails) >= {node.name}, out[-3000:]
+        failed = {
+            "failed": nodes,
+            "passed": nodes * (len(rules) - 1),
+            "deselected": nodes * deselected,
+        }
         assert verifier_summary(out) == {k: v for k, v in failed.items() if v}, out[-3000:]
     finally:
         labmod.down(lab.name)

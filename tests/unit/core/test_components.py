@@ -62,13 +62,13 @@ FAULTS = [
     ),
     (
         "undo rule that does not exist",
-        lambda d: d["roles"]["roce_qos"]["undo"].update(fails="STK-999"),
-        "roles.roce_qos.undo.fails",
+        lambda d: d["roles"]["roce_qos"]["undo"]["debian"].update(fails="STK-999"),
+        "roles.roce_qos.undo.debian.fails",
     ),
     (
         "undo rule that does not judge the role",
-        lambda d: d["roles"]["nvidia_mig"]["undo"].update(fails="STK-002"),
-        "roles.nvidia_mig.undo.fails",
+        lambda d: d["roles"]["nvidia_mig"]["undo"]["debian"].update(fails="STK-002"),
+        "roles.nvidia_mig.undo.debian.fails",
     ),
     (
         "reboot that is not a boolean",
@@ -289,7 +289,8 @@ def test_derived_molecule_matrix():
         "dcgm": ("dcgm",),
     }
     assert {r.name for r in table.roles if r.whole_stack} == {"gpuboot_baseline"}
-    assert {r.name: (r.undo.command, r.undo.fails) for r in table.roles} == {
+    debian = {r.name: r.undo["debian"] for r in table.roles}
+    assert {name: (u.command, u.fails) for name, u in debian.items()} == {
         "gpuboot_baseline": ("rm /etc/apt/apt.conf.d/51gpuboot-unattended-upgrades", "STK-003"),
         "doca_ofed": ("apt-mark unhold doca-ofed", "STK-002"),
         "nvidia_driver": ("apt-mark unhold nvidia-utils-550", "STK-002"),
