@@ -44,6 +44,17 @@ TREES = {"8": "rhel8", "9": "rhel9", "10": "rhel10"}
 MODULAR = ("8", "9")
 TOOLS = ("rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c", "gpg")
 _TOOLS_HINT = "install the rpm repository tools: apt-get install -y rpm createrepo-c gnupg"
+# The profiles of NVIDIA's nvidia-driver streams (their modules.yaml, written by NVIDIA's
+# genmodules.py in yum-packaging-precompiled-kmod): default lists every driver package of
+# the branch and the stream's kmod, ks the same without cuda-drivers (the lab has none),
+# fm default plus fabric manager and NSCQ (NVSwitch systems:
+# `dnf module install nvidia-driver:<stream>/fm`). NVIDIA's src profile (the kmod sources
+# or headers) is left out: the lab serves no nvidia-kmod-source/-headers rpm.
+PROFILES = {
+    "default": "Default installation",
+    "ks": "Installation via kickstart",
+    "fm": "FabricManager installation",
+}
 
 # Debian maintainer script -> (rpm scriptlet, shell that turns rpm's $1 - the number of
 # instances of the package left after the transaction - into Debian's arguments).
@@ -210,7 +221,8 @@ def _sign_rpms(gnupghome: Path, fingerprint: str, rpms: list[Path]) -> None:
 
 def modules_yaml(cat: Catalogue) -> str:
     """modulemd v2 documents: one per nvidia-driver stream, listing every release of its
-    branch (its artifacts) and the profiles the rpms name."""
+    branch (its artifacts) and NVIDIA's profiles (:data:`PROFILES`): an rpm in every one
+    unless the catalogue names its profiles (fabric manager and NSCQ: fm only)."""
     streams: dict[str, list[PackageVersion]] = {}
     for pkg in cat.rpms:
         for stream in pkg.streams:
@@ -220,7 +232,7 @@ def modules_yaml(cat: Catalogue) -> str:
         pkgs = streams[stream]
         profiles: dict[str, set[str]] = {}
         for pkg in pkgs:
-            for profile in pkg.profiles:
+            for profile in pkg.profiles or PROFILES:
                 profiles.setdefault(profile, set()).add(pkg.name)
         artifacts = sorted(nevra(p) for p in pkgs)
         context = hashlib.sha256("\n".join(artifacts).encode()).hexdigest()[:8]
@@ -243,7 +255,9 @@ def modules_yaml(cat: Catalogue) -> str:
                     ),
                     "license": {"module": ["MIT"]},
                     "profiles": {
-                        name: {"rpms": sorted(rpms)} for name, rpms in sorted(profiles.items())
+                        name: {"description": PROFILES[name], "rpms": sorted(profiles[name])}
+                        for name in PROFILES
+                        if name in profiles
                     },
                     "api": {"rpms": sorted({p.name for p in pkgs})},
                     "artifacts": {"rpms": artifacts},

@@ -5,8 +5,10 @@ every pinned package alone (STK-003), the OS baseline's second fence behind the 
 
 On RHEL/Rocky/Alma nodes the same rules read rpm: the hold is a versionlock entry at the
 installed version (and on EL8/EL9 the driver's module stream is the one enabled), and
-STK-003's fence is dnf-automatic's timers kept off. Which family a node's evidence is
-comes from the files node_collect gathered for it (rpm_-qa.txt: EL)."""
+STK-003's fence is dnf-automatic's timers kept off. An installonly package (the kernel's)
+may be installed in several versions: the pinned one installed and locked passes beside
+older ones, never beside a newer one (the next boot may choose it). Which family a node's
+evidence is comes from the files node_collect gathered for it (rpm_-qa.txt: EL)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from gpuboot.evidence.packages import (
     DpkgPackage,
     RpmPackage,
     enabled_streams,
+    installed_profiles,
     parse_apt_config_list,
     parse_dpkg_query,
     parse_rpm_query,
@@ -39,7 +42,7 @@ from gpuboot.evidence.packages import (
     split_nevr,
     with_locks,
 )
-from gpuboot.stacks.versions import upstream_of
+from gpuboot.stacks.versions import rpm_compare, upstream_of
 
 DPKG = "dpkg-query_-W.txt"
 SHOWHOLD = "apt-mark_showhold.txt"
@@ -167,21 +170,31 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
     if not pins:
         # A host pinned by nvidia_driver_* alone has no package lists: STK-001 covers it.
         return not_applicable("no stack package pins for this host")
+    el = is_el(evidence)
     packages = installed_packages(evidence)
-    held = held_names(evidence)
-    sep = "-" if is_el(evidence) else "="
-    missing, moved, loose = [], [], []
+    if el:  # each seen at the version a lock holds (an installonly kernel: one of several)
+        packages = with_locks(packages, parse_versionlock(_read(evidence, VERSIONLOCK)))
+    held = set() if el else held_names(evidence)
+    sep = "-" if el else "="
+    missing, moved, loose, newer = [], [], [], []
     for name, version in pins:
         pkg = packages.get(name)
         if pkg is None or not pkg.installed:
             missing.append(f"{name}{sep}{version}")
-        elif pkg.version != version:
-            moved.append(f"{name} {pkg.version} (pinned {version})")
-        elif name not in held:
+        elif not (pkg.has(version) if isinstance(pkg, RpmPackage) else pkg.version == version):
+            moved.append(f"{name} {_versions(pkg)} (pinned {version})")
+        elif pkg.version != version or not (pkg.held if el else name in held):
             loose.append(name)
+        elif el and (above := [v for v in pkg.versions if rpm_compare(v, version) > 0]):
+            newer.append(f"{name} {', '.join(above)} (pinned {version})")
     problems = [
         f"{label}: {', '.join(items)}"
-        for label, items in (("not installed", missing), ("moved", moved), ("not held", loose))
+        for label, items in (
+            ("not installed", missing),
+            ("moved", moved),
+            ("not held", loose),
+            ("a newer version installed beside the pin", newer),
+        )
         if items
     ]
     if stream := _stream_problem(evidence, ctx):
@@ -189,16 +202,26 @@ def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str 
     return "; ".join(problems) or None
 
 
+def _versions(pkg: DpkgPackage | RpmPackage) -> str:
+    return ", ".join(pkg.versions) if isinstance(pkg, RpmPackage) else pkg.version
+
+
 def _stream_problem(evidence: Evidence, ctx: NodeContext) -> str | None:
     """EL8/EL9: the driver's module stream is the enabled one (another stream would
-    offer, and a `dnf module switch-to` install, another branch)."""
+    offer, and a `dnf module switch-to` install, another branch), and the stack's profile
+    (fm on NVSwitch systems) is among those dnf marks [i]nstalled when it marks any."""
     want = str(ctx.var("nvidia_driver_module_stream") or "")
     if not is_el(evidence) or not want:
         return None
     module, _, stream = want.partition(":")
-    enabled = enabled_streams(_read(evidence, MODULES)).get(module)
+    listing = _read(evidence, MODULES)
+    enabled = enabled_streams(listing).get(module)
     if enabled != stream:
         return f"module stream {module}:{enabled or '(none)'} enabled, pinned {want}"
+    profile = str(ctx.var("nvidia_driver_module_profile") or "")
+    installed = installed_profiles(listing).get(module, ())
+    if profile and installed and profile not in installed:
+        return f"module profile {want}/{', '.join(installed)} installed, pinned {want}/{profile}"
     return None
 
 

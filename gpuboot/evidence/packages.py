@@ -12,6 +12,7 @@ architecture.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpuboot.ansible.collections.ansible_collections.gpuboot.node.plugins.module_utils import (
@@ -38,8 +39,10 @@ __all__ = [
     "ModuleStream",
     "RpmPackage",
     "enabled_streams",
+    "installed_profiles",
     "installed_rpm_versions",
     "installed_versions",
+    "is_installonly",
     "parse_apt_config_list",
     "parse_dpkg_query",
     "parse_module_list",
@@ -133,9 +136,22 @@ def parse_rpm_query(text: str) -> dict[str, RpmPackage]:
     return _rpm_call("rpm -qa", _rpm.parse_rpm_query, text)
 
 
-def installed_rpm_versions(text: str) -> dict[str, str]:
-    """package -> ``[epoch:]version-release`` as the stacks write RPM versions."""
-    return {p.name: p.version for p in parse_rpm_query(text).values()}
+def installed_rpm_versions(text: str) -> dict[str, str | tuple[str, ...]]:
+    """package -> ``[epoch:]version-release`` as the stacks write RPM versions; an
+    installonly name (the kernel's) installed in several versions -> all of them, oldest
+    first (dnf installs a kernel beside the others: none of them is "the" version)."""
+    from gpuboot.stacks.versions import rpm_compare
+
+    out: dict[str, str | tuple[str, ...]] = {}
+    for p in parse_rpm_query(text).values():
+        ordered = sorted(p.versions, key=functools.cmp_to_key(rpm_compare))
+        out[p.name] = tuple(ordered) if len(ordered) > 1 else p.version
+    return out
+
+
+def is_installonly(name: str) -> bool:
+    """An rpm dnf installs beside its other versions, never over them (the kernel's)."""
+    return _rpm.is_installonly(name)
 
 
 def parse_versionlock(text: str) -> list[str]:
@@ -156,6 +172,11 @@ def parse_module_list(text: str) -> list[ModuleStream]:
 def enabled_streams(text: str) -> dict[str, str]:
     """module -> enabled stream, from ``dnf module list [--enabled]``."""
     return _rpm.enabled_streams(parse_module_list(text))
+
+
+def installed_profiles(text: str) -> dict[str, tuple[str, ...]]:
+    """module -> the profiles dnf marks ``[i]`` on its enabled stream."""
+    return _rpm.installed_profiles(parse_module_list(text))
 
 
 def split_nevr(spec: str) -> tuple[str, str]:

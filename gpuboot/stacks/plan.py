@@ -8,10 +8,12 @@ which changes need a reboot and which only restart a service.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuboot.components import components as component_table
+from gpuboot.evidence.packages import is_installonly
 from gpuboot.stacks.model import (
     OPTIONAL_COMPONENTS,
     OS_FAMILIES,
@@ -99,6 +101,11 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
     if os_family == "redhat":
         # "" on EL10 (no modularity): the role then pins by versionlock alone
         out["nvidia_driver_module_stream"] = driver.module_stream or ""
+        # NVIDIA's driver installation guide: on NVSwitch systems the stream is installed
+        # with its fm profile (driver, fabric manager, NSCQ). The stack enables fabric
+        # manager exactly on NVSwitch SKUs (CMP-003/CMP-004 check it against the profile).
+        nvswitch = stack.fabricmanager.enabled and bool(driver.module_stream)
+        out["nvidia_driver_module_profile"] = "fm" if nvswitch else ""
     for name, prefix in ROLE_VAR_PREFIXES.items():
         comp: Component = getattr(stack, name)
         if name in OPTIONAL_COMPONENTS:
@@ -120,6 +127,12 @@ def mirror_packages(stack: Stack, os_family: str) -> list[tuple[str, str]]:
     return list(seen)
 
 
+def _newest(version: str | tuple[str, ...]) -> str:
+    """A version as installed_rpm_versions gives it: an installonly name's several
+    versions come oldest first."""
+    return version if isinstance(version, str) else version[-1]
+
+
 def _slot(name: str) -> str | None:
     for pattern, repl in _SLOTS:
         if pattern.match(name):
@@ -128,8 +141,11 @@ def _slot(name: str) -> str | None:
 
 
 def _current(
-    name: str, installed: dict[str, str], desired_names: set[str], os_family: str
-) -> tuple[str | None, str | None]:
+    name: str,
+    installed: Mapping[str, str | tuple[str, ...]],
+    desired_names: set[str],
+    os_family: str,
+) -> tuple[str | tuple[str, ...] | None, str | None]:
     """(installed version, replaced package) for a desired package."""
     if name in installed:
         return installed[name], None
@@ -142,16 +158,21 @@ def _current(
     # The newest occupant of the slot is what the node runs now.
     best = rivals[0]
     for other in rivals[1:]:
-        if compare_versions(installed[other], installed[best], os_family) > 0:
+        if compare_versions(_newest(installed[other]), _newest(installed[best]), os_family) > 0:
             best = other
     return installed[best], best
 
 
-def compare(installed: dict[str, str], stack: Stack, os_family: str) -> list[PlanItem]:
+def compare(
+    installed: Mapping[str, str | tuple[str, ...]], stack: Stack, os_family: str
+) -> list[PlanItem]:
     """Plan from ``installed`` (package -> version, as ``dpkg-query -W`` prints) to the stack.
 
     One item per package the stack pins, in install order. A package of another branch
     or flavor that the pinned one replaces counts as its current version (``replaces``).
+    On EL an installonly package (the kernel's; installed_rpm_versions gives all its
+    versions) is kept when the pinned version is among them, else installed beside them:
+    never an upgrade or a downgrade.
     """
     check_os_family(os_family)
     desired_names = {name for name, _ in mirror_packages(stack, os_family)}
@@ -162,11 +183,16 @@ def compare(installed: dict[str, str], stack: Stack, os_family: str) -> list[Pla
             if pkg.name in done:
                 continue
             done.add(pkg.name)
-            current, replaces = _current(pkg.name, installed, desired_names, os_family)
-            if current is None:
+            found, replaces = _current(pkg.name, installed, desired_names, os_family)
+            current = found if found is None or isinstance(found, str) else ", ".join(found)
+            beside = os_family == "redhat" and is_installonly(pkg.name) and not replaces
+            if found is None:
                 action: Action = "install"
+            elif beside:
+                have = (found,) if isinstance(found, str) else found
+                action = "keep" if pkg.version in have else "install"
             else:
-                order = compare_versions(current, pkg.version, os_family)
+                order = compare_versions(_newest(found), pkg.version, os_family)
                 action = "keep" if order == 0 else ("upgrade" if order < 0 else "downgrade")
             changes = action != "keep"
             items.append(

@@ -9,12 +9,18 @@ query's five fields split on white space; EPOCHNUM prints 0 for a package withou
 A versionlock entry is a package spec, as the plugin writes it ``name-epoch:version-
 release.*`` (``!`` first: an exclude); it may be a glob a site wrote by hand.
 ``dnf module list`` prints, per repository, a table ``Name Stream Profiles Summary``
-whose stream carries ``[e]`` when enabled (``[d]`` default, ``[x]`` disabled).
+whose stream carries ``[e]`` when enabled (``[d]`` default, ``[x]`` disabled) and whose
+installed profiles carry ``[i]``; ``dnf module info --profile`` prints each profile's
+packages as ``profile : package`` lines (``: package`` continuing the profile above).
 A line that does not read so is an error, never a guess.
+
+Installonly packages (the kernel's: dnf installs a new version beside the old ones, never
+over them) are listed once per installed version: the reader keeps every version.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from dataclasses import dataclass
@@ -31,6 +37,15 @@ _DNF_NOISE = (
     "Updating Subscription Management repositories.",
 )
 MODULE_NONE = "No matching Modules to list"
+# dnf's default installonlypkgs are kernel, kernel-PAE and whatever provides
+# installonlypkg(kernel), installonlypkg(kernel-module), installonlypkg(vm) or
+# multiversion(kernel); rpm -qa --qf prints no provides, so these are RHEL's package names
+# that carry them (kernel-core, kernel-modules..., and the debug/rt/64k/zfcpdump variants).
+INSTALLONLY = re.compile(
+    r"^kernel(-PAE|-uki-virt)?$"
+    r"|^kernel(-(rt|debug|rt-debug|64k|64k-debug|zfcpdump))?"
+    r"(-(core|modules|modules-core|modules-extra|modules-internal|modules-partner|devel))?$"
+)
 
 
 class RpmParseError(ValueError):
@@ -50,10 +65,28 @@ class RpmPackage:
     rel: str
     arch: str
     locked: bool = False  # a versionlock entry holds it at this version
+    # an installonly name's other installed versions (the kernel's: side by side)
+    others: tuple[str, ...] = ()
 
     @property
     def version(self) -> str:
         return evr(self.epoch, self.ver, self.rel)
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every installed version of the name, this one first."""
+        return (self.version, *self.others)
+
+    def has(self, version: str) -> bool:
+        """Whether ``version`` is installed (for an installonly name: among its versions)."""
+        return version in self.versions
+
+    def at(self, version: str) -> RpmPackage:
+        """The same name seen at another of its installed versions."""
+        epoch, _, rest = version.rpartition(":")
+        ver, rel = rest.rsplit("-", 1)
+        others = tuple(v for v in self.versions if v != version)
+        return RpmPackage(self.name, int(epoch or 0), ver, rel, self.arch, self.locked, others)
 
     # the rpm database lists installed packages only: no half-installed states as dpkg's
     installed = True
@@ -74,9 +107,14 @@ def split_nevr(spec: str) -> tuple[str, str]:
     return match["name"], evr(match["epoch"] or 0, match["version"], match["release"])
 
 
+def is_installonly(name: str) -> bool:
+    return bool(INSTALLONLY.match(name))
+
+
 def parse_rpm_query(text: str) -> dict[str, RpmPackage]:
-    """Every installed package (name -> package; a name installed for two architectures
-    or, as the kernel, in two versions prints twice: the last line wins)."""
+    """Every installed package (name -> package). An installonly name (the kernel's)
+    listed in several versions keeps them all (the last listed first, the others in
+    ``others``); any other name listed twice (two architectures) is its last line."""
     packages: dict[str, RpmPackage] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -91,7 +129,11 @@ def parse_rpm_query(text: str) -> dict[str, RpmPackage]:
         # gpg-pubkey, the keys rpm imported, has no architecture: rpm prints "(none)"
         if not (PART.match(release) and (PART.match(arch) or arch == "(none)")):
             raise RpmParseError(f"not an rpm package line: {line[:80]!r}")
-        packages[name] = RpmPackage(name, int(epoch), version, release, arch)
+        pkg = RpmPackage(name, int(epoch), version, release, arch)
+        seen = packages.get(name)
+        if seen is not None and is_installonly(name) and not seen.has(pkg.version):
+            pkg = RpmPackage(name, pkg.epoch, version, release, arch, others=seen.versions)
+        packages[name] = pkg
     return packages
 
 
@@ -135,15 +177,20 @@ def entries_for(name: str, entries: list[str]) -> list[str]:
 
 def with_locks(packages: dict[str, RpmPackage], entries: list[str]) -> dict[str, RpmPackage]:
     """The packages, each ``locked`` when an entry holds its installed version and no
-    entry naming it holds another (a stale entry would block the next install)."""
+    entry naming it holds another (a stale entry would block the next install). An
+    installonly name installed in several versions is seen at the one an entry holds
+    (the pinned kernel), else as listed; locked only when every entry holds that one."""
 
     def locked(p: RpmPackage) -> bool:
         own = [e for e in entries_for(p.name, entries) if not e.startswith("!")]
         return is_locked(p, entries) and all(is_locked(p, [e]) for e in own)
 
-    return {
-        n: RpmPackage(p.name, p.epoch, p.ver, p.rel, p.arch, locked(p)) for n, p in packages.items()
-    }
+    out = {}
+    for name, pkg in packages.items():
+        held = [v for v in pkg.versions if is_locked(pkg.at(v), entries)]
+        seen = pkg.at(held[0]) if held else pkg
+        out[name] = dataclasses.replace(seen, locked=locked(seen))
+    return out
 
 
 def lock_entry(name: str, version: str) -> str:
@@ -159,6 +206,7 @@ class ModuleStream:
     enabled: bool
     default: bool
     profiles: tuple[str, ...]
+    installed: tuple[str, ...] = ()  # the profiles dnf marks [i]nstalled
 
 
 def parse_module_list(text: str) -> list[ModuleStream]:
@@ -188,21 +236,53 @@ def parse_module_list(text: str) -> list[ModuleStream]:
         flags, rest = [], words[2:]
         while rest and re.fullmatch(r"\[[a-z]\]", rest[0]):
             flags.append(rest.pop(0))
-        profiles, more = [], True
-        for word in rest:  # "default [d], fm, ks Summary...": a comma continues the list
+        profiles, installed, more = [], [], True
+        for word in rest:  # "default [d], fm [i], ks Summary...": a comma continues the list
             if re.fullmatch(r"\[[a-z]\],?", word):
+                if word.startswith("[i]") and profiles:
+                    installed.append(profiles[-1])
                 more = word.endswith(",")
                 continue
             if not more:
                 break  # the summary begins
             profiles.append(word.rstrip(","))
             more = word.endswith(",")
-        rows.append(
-            ModuleStream(words[0], words[1], "[e]" in flags, "[d]" in flags, tuple(profiles))
-        )
+        flagged = ("[e]" in flags, "[d]" in flags)
+        rows.append(ModuleStream(words[0], words[1], *flagged, tuple(profiles), tuple(installed)))
     return rows
 
 
 def enabled_streams(rows: list[ModuleStream]) -> dict[str, str]:
     """module name -> its enabled stream."""
     return {r.name: r.stream for r in rows if r.enabled}
+
+
+def installed_profiles(rows: list[ModuleStream]) -> dict[str, tuple[str, ...]]:
+    """module name -> the profiles dnf marks installed on its enabled stream."""
+    return {r.name: r.installed for r in rows if r.enabled}
+
+
+def parse_module_profiles(text: str) -> dict[str, tuple[str, ...]]:
+    """``dnf module info --profile name:stream``: profile -> its packages. Lines are
+    ``profile : package`` or ``        : package`` (the profile above continues); a
+    ``Name : ...`` line opens each stream's block. Anything else is an error."""
+    profiles: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(_DNF_NOISE) or line.startswith("Hint:"):
+            continue
+        key, sep, value = line.partition(" : ")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise RpmParseError(f"not a module profile line: {line[:80]!r}")
+        if key == "Name":
+            current = None
+            continue
+        if key:
+            if not NAME.match(key):
+                raise RpmParseError(f"not a module profile line: {line[:80]!r}")
+            current = profiles.setdefault(key, [])
+        if current is None or not NAME.match(value):
+            raise RpmParseError(f"not a module profile line: {line[:80]!r}")
+        current.append(value)
+    return {k: tuple(v) for k, v in profiles.items()}

@@ -22,7 +22,13 @@ description:
     module's enabled stream; the stream is switched (C(dnf module reset) + C(enable)), the
     versionlock entries of what changes are dropped, the pins installed exactly
     (C(dnf install name-[epoch:]version-release) downgrades too) and every pin locked
-    (C(dnf versionlock add)): versionlock is EL's hold and pin in one.
+    (C(dnf versionlock add)): versionlock is EL's hold and pin in one. With
+    I(module_profile) the stream's profile is then installed (C(dnf module install
+    name:stream/profile), NVIDIA's C(fm) on NVSwitch systems): every package the profile
+    names must be pinned here, so the locks keep it at the pin and the profile adds nothing
+    unpinned.
+  - Installonly packages (the kernel's) keep every installed version; a pin of one is
+    installed beside the others (never a downgrade) and locked, the others left alone.
 options:
   manager:
     description:
@@ -46,6 +52,12 @@ options:
     description:
       - dnf only, EL8/EL9 (EL10 has no modularity) - the module stream the pins come
         from, C(name:stream) (C(nvidia-driver:550-open)), enabled before the install.
+    type: str
+  module_profile:
+    description:
+      - dnf only, with I(module_stream) - the stream's profile to install after the pins
+        (C(fm) on NVSwitch systems, as NVIDIA's driver installation guide says); every
+        package of the profile must be among I(packages).
     type: str
   owner:
     description: Who manages the pins (named in the pin file's header).
@@ -103,7 +115,9 @@ pinned:
   type: bool
   returned: always
 streams:
-  description: Module streams this run enabled (or would), C(name:stream); dnf only.
+  description:
+    - Module streams this run enabled or whose profile it installed (or would),
+      C(name:stream) or C(name:stream/profile); dnf only.
   type: list
   returned: always
 """
@@ -141,7 +155,7 @@ class AptBackend:
         self.pin_file = module.params["pin_file"]
         if not self.pin_file:
             raise PinError("pin_file is required with manager apt")
-        if module.params["module_stream"]:
+        if module.params["module_stream"] or module.params["module_profile"]:
             raise PinError("module_stream is dnf's (EL module streams); apt has none")
 
     def _run(self, argv, data=None, ok=(0,)):
@@ -212,6 +226,12 @@ class AptBackend:
     def switch(self, streams):
         raise PinError("apt has no module streams")
 
+    def check_profile(self, pins, unpinned):
+        """apt has no module profiles."""
+
+    def install_profiles(self, streams):
+        """apt has no module profiles."""
+
     def install(self, pins, names=()):
         self._run(
             [
@@ -250,6 +270,10 @@ class DnfBackend:
         '[ -n "$1" ] || exit 0\n'
         "echo '@@modules'\n"
         'dnf -q module list --enabled "$1" 2>&1 || echo "@@rc $?"\n'
+        # with a profile ("$2", name:stream): which packages the profile installs
+        '[ -n "$2" ] || exit 0\n'
+        "echo '@@profiles'\n"
+        'dnf -q module info --profile "$2" || exit 103\n'
     )
 
     def __init__(self, module):
@@ -257,7 +281,14 @@ class DnfBackend:
         self.module_stream = module.params["module_stream"]
         if self.module_stream and not re.fullmatch(r"[\w.+-]+:[\w.+-]+", self.module_stream):
             raise PinError(f"module_stream is not name:stream: {self.module_stream!r}")
+        self.module_profile = module.params["module_profile"]
+        if self.module_profile and not self.module_stream:
+            raise PinError("module_profile needs module_stream (the stream it belongs to)")
+        if self.module_profile and not re.fullmatch(r"[\w.+-]+", self.module_profile):
+            raise PinError(f"module_profile is not a profile name: {self.module_profile!r}")
         self.enabled = {}
+        self.installed_profiles = {}
+        self.profile_packages = ()
 
     def _run(self, argv, ok=(0,)):
         rc, out, err = self.module.run_command(list(argv), environ_update={"LC_ALL": "C"})
@@ -278,14 +309,17 @@ class DnfBackend:
         """Installed packages (name -> RpmPackage, locked when versionlock holds exactly
         that version) and the module's enabled stream, read in one call."""
         module = self.module_stream.split(":")[0] if self.module_stream else ""
+        profile_of = self.module_stream if self.module_profile else ""
         rc, out, err = self.module.run_command(
-            ["sh", "-c", self.READ, "gpuboot-read", module], environ_update={"LC_ALL": "C"}
+            ["sh", "-c", self.READ, "gpuboot-read", module, profile_of],
+            environ_update={"LC_ALL": "C"},
         )
         if rc != 0:
-            who = {101: "rpm -qa", 102: "dnf versionlock list"}.get(rc, "sh")
-            raise PinError(f"{who} failed (exit {rc}): {(err or out).strip()[-800:]}")
+            who = {101: "rpm -qa", 102: "dnf versionlock list", 103: "dnf module info"}
+            raise PinError(f"{who.get(rc, 'sh')} failed (exit {rc}): {(err or out).strip()[-800:]}")
         listing, _, rest = out.partition("@@versionlock\n")
-        locks, _, modules = rest.partition("@@modules\n")
+        locks, _, rest = rest.partition("@@modules\n")
+        modules, _, profiles = rest.partition("@@profiles\n")
         try:
             packages = rpm.parse_rpm_query(listing)
             self.entries = rpm.parse_versionlock(locks)
@@ -295,6 +329,15 @@ class DnfBackend:
                     raise PinError(f"dnf module list failed: {modules.strip()[-800:]}")
                 rows = rpm.parse_module_list(re.sub(r"^@@rc \d+$", "", modules, flags=re.M))
                 self.enabled = rpm.enabled_streams(rows)
+                self.installed_profiles = rpm.installed_profiles(rows)
+            if self.module_profile:
+                known = rpm.parse_module_profiles(profiles)
+                if self.module_profile not in known:
+                    raise PinError(
+                        f"{self.module_stream} has no profile {self.module_profile!r} "
+                        f"(it has: {', '.join(sorted(known)) or 'none'})"
+                    )
+                self.profile_packages = known[self.module_profile]
         except rpm.RpmParseError as exc:
             raise PinError(str(exc)) from exc
         if not packages:
@@ -302,11 +345,30 @@ class DnfBackend:
         return rpm.with_locks(packages, self.entries)
 
     def streams(self):
-        """The module streams to enable: the asked one, unless it is the enabled one."""
+        """The module streams to enable (``name:stream``) or whose profile to install
+        (``name:stream/profile``): none when the stream is the enabled one and the profile
+        is installed on it."""
         if not self.module_stream:
             return []
         name, stream = self.module_stream.split(":")
-        return [] if self.enabled.get(name) == stream else [self.module_stream]
+        spec = f"{self.module_stream}/{self.module_profile}" if self.module_profile else ""
+        if self.enabled.get(name) != stream:
+            return [spec or self.module_stream]
+        if spec and self.module_profile not in self.installed_profiles.get(name, ()):
+            return [spec]
+        return []
+
+    def check_profile(self, pins, unpinned):
+        """Every package of the profile is pinned here: the locks then hold it at its pin
+        when the profile is installed (an unpinned one would come at the stream's latest)."""
+        names = {n for n, _ in pins} | set(unpinned)
+        loose = sorted(set(self.profile_packages) - names)
+        if loose:
+            raise PinError(
+                f"profile {self.module_profile} of {self.module_stream} installs "
+                f"{', '.join(loose)}, which no pin names: pin them too (the stack's "
+                "packages) or choose another profile"
+            )
 
     def pin_texts(self, pins, owner, packages, held, removed):
         """The versionlock entries naming this call's packages, now and as they should be
@@ -332,9 +394,20 @@ class DnfBackend:
 
     def switch(self, streams):
         for spec in streams:
+            name, stream = spec.split("/")[0].split(":")
+            if self.enabled.get(name) == stream:
+                continue  # only the profile is missing: installed after the pins
             # reset first: dnf refuses to enable a second stream of an enabled module
-            self._run([*self.DNF, "module", "reset", spec.split(":")[0]])
-            self._run([*self.DNF, "module", "enable", spec])
+            self._run([*self.DNF, "module", "reset", name])
+            self._run([*self.DNF, "module", "enable", f"{name}:{stream}"])
+
+    def install_profiles(self, streams):
+        """After the pins are installed and locked: the profile, as NVIDIA's guide installs
+        the driver (its packages are all pinned and locked: dnf records the profile and
+        changes no package)."""
+        for spec in streams:
+            if "/" in spec:
+                self._run([*self.DNF, "module", "install", spec])
 
     def install(self, pins, names=()):
         self._run([*self.DNF, "install", *[f"{n}-{v}" for n, v in pins], *names])
@@ -378,23 +451,41 @@ def plan(pins, packages, supersede, hold_installed=(), unpinned=()):
     missing = [
         (name, version)
         for name, version in pins
-        if not (name in packages and packages[name].installed and packages[name].version == version)
+        if not (name in packages and packages[name].installed and has(packages[name], version))
     ]
     absent = [n for n in unpinned if not (n in packages and packages[n].installed)]
     holds = [name for name, _ in pins]
     holds += [n for n in hold_installed if n in packages and packages[n].installed]
-    unheld = [n for n in holds if not (n in packages and packages[n].held)]
+    pin_of = dict(pins)
+    # held at the pin: an installonly kernel held at another of its installed versions
+    # is not (apt and other rpm names: the installed version is the pin, or missing)
+    unheld = [
+        n
+        for n in holds
+        if not (
+            n in packages
+            and packages[n].held
+            and (n not in pin_of or packages[n].version == pin_of[n])
+        )
+    ]
     # apt drops the hold of a package it was allowed to change: hold those again too
     held = sorted(set(unheld) | {name for name, _ in missing})
     return removed, missing, held, absent
 
 
+def has(pkg, version):
+    """Whether ``version`` of the package is installed (rpm: an installonly name's
+    versions side by side; dpkg: its one version)."""
+    return pkg.has(version) if hasattr(pkg, "has") else pkg.version == version
+
+
 def describe(pins, packages):
-    """The diff's view of the pinned packages: version (or absent) and hold."""
+    """The diff's view of the pinned packages: version(s) (or absent) and hold."""
     lines = []
     for name, _ in pins:
         p = packages.get(name)
-        version = p.version if p is not None and p.installed else "(not installed)"
+        seen = ", ".join(getattr(p, "versions", ())) or getattr(p, "version", "")
+        version = seen if p is not None and p.installed else "(not installed)"
         lines.append(f"{name} {version}{' held' if p is not None and p.held else ''}")
     return "\n".join(lines) + "\n"
 
@@ -433,6 +524,7 @@ def run(module, backend):
     if not pins and not unpinned:
         raise PinError("nothing to install: neither packages nor unpinned names")
     before = backend.state()
+    backend.check_profile(pins, unpinned)
     removed, missing, held, absent = plan(
         pins, before, params["supersede"], params["hold_installed"], unpinned
     )
@@ -465,10 +557,14 @@ def run(module, backend):
             },
         ]
         if streams:
+            profiles = backend.installed_profiles
             result["diff"].append(
                 {
                     "before_header": "module streams",
-                    "before": "".join(f"{n}:{s}\n" for n, s in sorted(backend.enabled.items())),
+                    "before": "".join(
+                        f"{n}:{s}{''.join('/' + p for p in profiles.get(n, ()))}\n"
+                        for n, s in sorted(backend.enabled.items())
+                    ),
                     "after": "".join(f"{s}\n" for s in streams),
                 }
             )
@@ -486,6 +582,8 @@ def run(module, backend):
         backend.install(missing, absent)
     if held:
         backend.hold([(n, version_of[n]) for n in held])
+    if streams:
+        backend.install_profiles(streams)
     # trust no exit code alone: read the node again, every pin installed and held
     after = backend.state()
     wrong = [
@@ -495,13 +593,15 @@ def run(module, backend):
         if not (
             name in after
             and after[name].installed
-            and after[name].version == version
+            and after[name].version == version  # the locked one, for an installonly name
             and after[name].held
         )
     ]
     wrong += [f"{n} absent" for n in unpinned if not (n in after and after[n].installed)]
     wrong += [f"{n} unheld" for n in held if n not in dict(pins) and not after[n].held]
-    wrong += [f"module stream {s} not enabled" for s in backend.streams()]
+    wrong += [
+        f"module stream {s} not enabled (or its profile not installed)" for s in backend.streams()
+    ]
     if wrong:
         raise PinError(f"after the install, not as pinned: {', '.join(wrong)}")
     return result
@@ -514,6 +614,7 @@ def main():
             "manager": {"type": "str", "choices": ["auto", "apt", "dnf"], "default": "auto"},
             "pin_file": {"type": "path"},
             "module_stream": {"type": "str"},
+            "module_profile": {"type": "str"},
             "owner": {"type": "str", "default": "gpuboot"},
             "supersede": {"type": "list", "elements": "str", "default": []},
             "hold_installed": {"type": "list", "elements": "str", "default": []},
