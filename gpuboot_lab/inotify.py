@@ -15,9 +15,9 @@ from gpuboot.errors import BadInput
 
 SYSCTL = "fs.inotify.max_user_instances"
 ENOUGH = 1024  # what `make setup` raises the limit to (Makefile, $(STAMPS)/system)
-# Measured on booted lab nodes (idle, and throughout a 20-node install: the peak): anon
-# inotify fds under /proc of each node's processes -- systemd 4, dbus-daemon 1,
-# systemd-logind 1 (tests/fixtures/runner/README.md).
+# Measured (anon inotify fds under /proc per node, before, during and after a 20-node
+# install; tests/fixtures/runner/README.md): systemd 4, dbus-daemon 1, systemd-logind 1.
+# A gpg-agent left running in a node adds 2 later; what a new node needs to boot is 6.
 PER_NODE = 6
 INOTIFY_FD = "anon_inode:inotify"  # what an inotify instance's fd links to
 

@@ -1,4 +1,4 @@
-"""`gpuboot install` progress on a real terminal: the recorded 10-node install
+"""`gpuboot install` progress on a real terminal: the recorded 10- and 20-node installs
 (tests/fixtures/runner) replayed through the real command in a tmux pane of 8 rows (fewer
 than the hosts: a per-host display cannot fit), captured many times while it runs.
 
@@ -22,8 +22,8 @@ sys.path.insert(0, str(RUNNER))
 import replay_install as replay  # noqa: E402
 
 ROWS, COLUMNS = 8, 100
-REPLAY_S = 8.0  # the 10-minute recording, replayed in about this long
-STATUS = re.compile(r"^install: (batch \d/2, )?\d+/10 hosts done")
+REPLAY_S = 8.0  # a recording (5 to 25 minutes), replayed in about this long
+STATUS = re.compile(r"^install: (batch \d+/\d+, )?\d+/\d+ hosts done")
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make setup)")
 
@@ -34,12 +34,14 @@ def _tmux(sock: str, *args: str) -> str:
     ).stdout
 
 
-def test_terminal_progress_stays_within_the_pane(tmp_path):
-    events = replay.load()
+@pytest.mark.parametrize("name", sorted(replay.RECORDINGS))
+def test_terminal_progress_stays_within_the_pane(name, tmp_path):
+    rec = replay.RECORDINGS[name]
+    events = replay.load(rec.path)
     speed = (replay.created(events[-1]) - replay.created(events[0])) / REPLAY_S
     sock = str(tmp_path / "tmux.sock")  # a server of its own, gone with tmp_path
     command = (
-        f"{sys.executable} {RUNNER / 'replay_install.py'} {replay.INSTALL_10} {tmp_path} "
+        f"{sys.executable} {RUNNER / 'replay_install.py'} {rec.path} {tmp_path} "
         f"{speed:.1f} > {tmp_path / 'stdout'}; echo REPLAY-DONE; sleep 120"
     )
     _tmux(sock, "-f", "/dev/null", "new-session", "-d", "-s", "p", "-x", str(COLUMNS),
@@ -70,8 +72,9 @@ def test_terminal_progress_stays_within_the_pane(tmp_path):
     assert lines[-1] == "REPLAY-DONE"
     kept = lines[:-1]
     assert [line for line in kept if STATUS.match(line)] == [kept[-1]]  # only the final one
-    assert kept[-1].startswith("install: batch 2/2, 10/10 hosts done: 0 ok, 8 changed, 1 f")
+    done = f"batch {rec.batches}/{rec.batches}, {rec.hosts}/{rec.hosts} hosts done"
+    assert kept[-1].startswith(f"install: {done}: {rec.final}")
     events_kept = kept[:-1]
-    assert len(events_kept) == 4, events_kept  # two batch starts, node3, node8
-    assert any(line.startswith("node3 FAILED at REPO-003") for line in events_kept)
-    assert any(line.startswith("node8 UNREACHABLE at") for line in events_kept)
+    assert len(events_kept) == rec.batches + 2, events_kept  # batch starts, the 2 hosts
+    assert any(line.startswith(rec.failed) for line in events_kept)
+    assert any(line.startswith(f"{rec.unreachable} UNREACHABLE at") for line in events_kept)
