@@ -58,6 +58,9 @@ def scoped_vars(variables: dict, roles: list[str]) -> dict:
         ):
             if prefix + suffix in out and prefix + suffix != "nvidia_driver_version":
                 out[prefix + suffix] = off
+    if "nvidia_fabricmanager" not in keep and "nvidia_driver_module_profile" in out:
+        # EL: the driver stream's fm profile installs fabric manager and NSCQ: off with them
+        out["nvidia_driver_module_profile"] = ""
     return out
 
 
