@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -270,6 +269,8 @@ def journalctl(argv: list[str]) -> int:
 
 
 def _srcversion(name: str, version: str) -> str:
+    import hashlib  # here: a shim's start-up pays for what it uses
+
     return hashlib.md5(f"{name}-{version}".encode()).hexdigest()[:23].upper()
 
 

@@ -6,7 +6,6 @@ defaults at reboot unless something (a boot service) applies them again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from typing import Any
@@ -33,6 +32,8 @@ VENDOR_PART = {
 
 
 def _guid(nic: dict[str, Any], salt: str) -> str:
+    import hashlib  # here: a shim's start-up pays for what it uses
+
     h = hashlib.sha256(f"{os.uname().nodename}/{nic['hca']}/{salt}".encode()).hexdigest()
     return "a088c203" + h[:8]  # NVIDIA/Mellanox OUI a0:88:c2 as in the captures
 

@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,8 @@ def read_json(path: str, default: Any) -> Any:
 def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     real = paths.p(path)
     os.makedirs(os.path.dirname(real), exist_ok=True)
+    import tempfile  # here: every shim imports this module, few of them write
+
     fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=os.path.dirname(real))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
