@@ -42,6 +42,7 @@ from gpuboot.evidence.packages import (
     split_nevr,
     with_locks,
 )
+from gpuboot.stacks.plan import driver_module_profile
 from gpuboot.stacks.versions import rpm_compare, upstream_of
 
 DPKG = "dpkg-query_-W.txt"
@@ -218,7 +219,8 @@ def _stream_problem(evidence: Evidence, ctx: NodeContext) -> str | None:
     enabled = enabled_streams(listing).get(module)
     if enabled != stream:
         return f"module stream {module}:{enabled or '(none)'} enabled, pinned {want}"
-    profile = str(ctx.var("nvidia_driver_module_profile") or "")
+    # derived as role_vars derives it, from variables a bundle keeps
+    profile = driver_module_profile(want, ctx.var("nvidia_fabricmanager_enabled", False) is True)
     installed = installed_profiles(listing).get(module, ())
     if profile and installed and profile not in installed:
         return f"module profile {want}/{', '.join(installed)} installed, pinned {want}/{profile}"

@@ -101,11 +101,9 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
     if os_family == "redhat":
         # "" on EL10 (no modularity): the role then pins by versionlock alone
         out["nvidia_driver_module_stream"] = driver.module_stream or ""
-        # NVIDIA's driver installation guide: on NVSwitch systems the stream is installed
-        # with its fm profile (driver, fabric manager, NSCQ). The stack enables fabric
-        # manager exactly on NVSwitch SKUs (CMP-003/CMP-004 check it against the profile).
-        nvswitch = stack.fabricmanager.enabled and bool(driver.module_stream)
-        out["nvidia_driver_module_profile"] = "fm" if nvswitch else ""
+        out["nvidia_driver_module_profile"] = driver_module_profile(
+            driver.module_stream or "", stack.fabricmanager.enabled
+        )
     for name, prefix in ROLE_VAR_PREFIXES.items():
         comp: Component = getattr(stack, name)
         if name in OPTIONAL_COMPONENTS:
@@ -115,6 +113,14 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
         out[f"{prefix}_version"] = pins.version if pins else None
         out[f"{prefix}_packages"] = _pin_strings(pins, os_family) if pins else []
     return out
+
+
+def driver_module_profile(stream: str, fabricmanager: bool) -> str:
+    """The driver stream's profile to install: NVIDIA's driver installation guide installs
+    the stream with its fm profile (driver, fabric manager, NSCQ) on NVSwitch systems. The
+    stack enables fabric manager exactly on NVSwitch SKUs (CMP-003/CMP-004 check it against
+    the SKU profile); no stream (EL10), no profile."""
+    return "fm" if fabricmanager and stream else ""
 
 
 def mirror_packages(stack: Stack, os_family: str) -> list[tuple[str, str]]:
