@@ -162,10 +162,14 @@ def _rpm_stack(path: Path) -> dict[str, Any]:
     return _stack_of(installed_rpm_versions(path.read_text(errors="replace")))
 
 
-def _stack_of(installed: dict[str, str]) -> dict[str, Any]:
-    listing = "".join(f"{p}\t{v}\n" for p, v in sorted(installed.items()))
+def _stack_of(installed: dict[str, str | tuple[str, ...]]) -> dict[str, Any]:
+    # An EL installonly name (the kernel's) may be installed in several versions: a list.
+    versions = {p: v if isinstance(v, str) else list(v) for p, v in sorted(installed.items())}
+    listing = "".join(
+        f"{p}\t{v if isinstance(v, str) else ' '.join(v)}\n" for p, v in versions.items()
+    )
     return {
-        "packages": {p: v for p, v in sorted(installed.items()) if _STACK_PKG.search(p)},
+        "packages": {p: v for p, v in versions.items() if _STACK_PKG.search(p)},
         "package_count": len(installed),
         "all_packages_sha256": hashlib.sha256(listing.encode()).hexdigest(),
     }

@@ -5,6 +5,8 @@ judging an EL node from the files node_collect gathers for it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuboot.checks import rules
@@ -230,6 +232,17 @@ def test_an_el_hosts_fingerprint_reads_its_rpm_listing(tmp_path, read):
     stack = host_fingerprint(tmp_path)["stack"]
     assert stack["packages"]["nvidia-driver"] == "3:550.54.15-1.el9"
     assert stack["package_count"] == 3
+
+
+def test_an_el_fingerprint_lists_every_installed_kernel(tmp_path, read):
+    """Two kernels side by side (installonly): both versions, as a list, not a repr."""
+    from gpuboot.report.fingerprint import host_fingerprint
+
+    listing = read("rpm/rpm_-qa_--qf.rpm4.18-installroot-two-kernels.txt")
+    (tmp_path / "rpm_-qa.txt").write_text(listing)
+    stack = host_fingerprint(tmp_path)["stack"]
+    assert stack["packages"]["kernel-core"] == ["5.14.0-362.8.1.el9_3", "5.14.0-427.13.1.el9_4"]
+    json.dumps(stack)  # the report writes it as JSON
 
 
 def test_systemctl_show_blocks_in_systemds_own_property_order():
