@@ -166,6 +166,24 @@ def ensure_lab_key(gnupghome: Path) -> str:
     return fpr
 
 
+@contextmanager
+def lab_key(gnupghome: Path) -> Iterator[str]:
+    """The lab key's fingerprint for one build. gpg starts an agent for any secret-key use;
+    it is stopped when the build ends, so a lab up leaves no process behind. Builds take
+    this lock (apart from ensure_lab_key's) so one never stops the agent under another."""
+    gnupghome = Path(gnupghome)
+    gnupghome.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _locked(gnupghome / ".gpuboot-lab-agent.lock"):
+        try:
+            yield ensure_lab_key(gnupghome)
+        finally:
+            subprocess.run(
+                ["gpgconf", "--homedir", gnupghome, "--kill", "gpg-agent"],
+                capture_output=True,
+                check=False,
+            )
+
+
 def cache_hit(stamp: Path, digest: str, expected) -> bool:
     """A repository built from ``digest`` is in place: its stamp says so, its files exist."""
     return (
@@ -327,10 +345,14 @@ def _export_key(gnupghome: Path, fingerprint: str, out_dir: Path) -> tuple[Path,
 
 def build_repo(out_dir: Path, gnupghome: Path, catalogue_path: Path = CATALOGUE_PATH) -> RepoInfo:
     """Build (or reuse, when nothing changed) the signed lab repository in ``out_dir``."""
-    out_dir = Path(out_dir).resolve()
+    with lab_key(Path(gnupghome)) as fingerprint:
+        return _build_repo(Path(out_dir), Path(gnupghome), fingerprint, catalogue_path)
+
+
+def _build_repo(out_dir: Path, gnupghome: Path, fingerprint: str, catalogue_path: Path) -> RepoInfo:
+    out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cat = load_catalogue(catalogue_path)
-    fingerprint = ensure_lab_key(Path(gnupghome))
     digest = _content_hash(catalogue_path, fingerprint)
     dists = out_dir / "dists" / cat.suite
     stamp = out_dir / STAMP_NAME

@@ -33,7 +33,7 @@ import yaml
 from gpuboot.errors import RunError
 from gpuboot_lab import catalogue as catalogue_mod
 from gpuboot_lab.catalogue import CATALOGUE_PATH, Catalogue, PackageVersion, load_catalogue
-from gpuboot_lab.repo import _content_hash, _gpg, _locked, _run, cache_hit, ensure_lab_key
+from gpuboot_lab.repo import _content_hash, _gpg, _locked, _run, cache_hit, lab_key
 
 KEY_NAME = "RPM-GPG-KEY-gpuboot-lab"
 STAMP_NAME = ".gpuboot-lab-stamp"
@@ -313,10 +313,16 @@ def build_rpm_repo(
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         raise RunError(f"missing {', '.join(missing)}", where="lab rpm repo", hint=_TOOLS_HINT)
-    out_dir = Path(out_dir).resolve()
+    with lab_key(Path(gnupghome)) as fingerprint:
+        return _build_rpm_repo(Path(out_dir), Path(gnupghome), fingerprint, catalogue_path)
+
+
+def _build_rpm_repo(
+    out_dir: Path, gnupghome: Path, fingerprint: str, catalogue_path: Path
+) -> RpmRepoInfo:
+    out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cat = load_catalogue(catalogue_path)
-    fingerprint = ensure_lab_key(Path(gnupghome))
     digest = _content_hash(catalogue_path, fingerprint, __file__)
     info = RpmRepoInfo(
         out_dir=out_dir,

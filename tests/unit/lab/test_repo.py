@@ -536,3 +536,24 @@ def test_tool_failures_become_run_errors() -> None:
     with pytest.raises(RunError, match="exit 1") as failed:
         _run(["sh", "-c", "echo boom >&2; exit 1"], what="testing", hint="do X")
     assert "boom" in str(failed.value) and failed.value.hint == "do X"
+
+
+def _agents_of(gnupghome: Path) -> list[int]:
+    """Running gpg-agents whose home is ``gnupghome``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"gpg-agent") and str(gnupghome).encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_build_leaves_no_gpg_agent_running(tmp_path: Path) -> None:
+    home = tmp_path / "gnupg"
+    info = build_repo(tmp_path / "repo", home)
+    assert info.rebuilt and _agents_of(home) == []
+    assert build_repo(tmp_path / "repo", home).rebuilt is False  # a cache hit reads keys too
+    assert _agents_of(home) == []
