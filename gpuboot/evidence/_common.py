@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpuboot.errors import ParseError
@@ -103,6 +104,10 @@ def require_text(tool: str, text: str) -> str:
     return text
 
 
+_NOT_SNAKE = re.compile(r"[^a-z0-9]+")
+
+
+@functools.lru_cache(maxsize=4096)  # a fleet's counter names are few; evaluate calls it per line
 def snake(name: str) -> str:
     """'Replay Errors' -> 'replay_errors' (stable keys for free-form counter names)."""
-    return re.sub(r"[^a-z0-9]+", "_", name.strip().lower()).strip("_")
+    return _NOT_SNAKE.sub("_", name.strip().lower()).strip("_")
