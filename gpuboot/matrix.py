@@ -58,7 +58,7 @@ def _fault(exc: ConfigError) -> dict[str, Any]:
         "where": exc.where or "",
         "message": exc.message,
         "fix": exc.hint or "",
-        "source": "stack schema (README.md, 'Version stacks')",
+        "source": "stack schema (gpuboot/stacks/README.md, 'Schema')",
         "profiles": [],
     }
 
