@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,84 +79,53 @@ def _run(argv, **kw):
     return proc.stdout
 
 
+def signed_repo(root: Path, spec: str, packages: list[dict], modules_yaml: str) -> Path:
+    """A repository in ``root/repo`` as a node's dnf checks it: one rpm per defines of
+    ``packages`` (built from ``spec``, signed by rpmsign), createrepo_c, ``modules_yaml``
+    added by modifyrepo_c, repomd.xml with a detached signature; its key in root/key.asc.
+    gpg's agent is stopped once signing is done (no process outlives the build)."""
+    home = root / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    gen = ["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    gen += ["--quick-gen-key", "gpuboot test <test@gpuboot.invalid>", "rsa2048", "sign", "never"]
+    try:
+        _run(gen, env=env)
+        (root / "key.asc").write_text(_run(["gpg", "--armor", "--export"], env=env))
+        (root / "p.spec").write_text(spec)
+        for defines in packages:
+            argv = ["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {root / 'top'}"]
+            for key, value in defines.items():
+                argv += ["--define", f"{key} {value}"]
+            _run([*argv, str(root / "p.spec")], env=env)
+        rpms = sorted(str(p) for p in (root / "top" / "RPMS" / "noarch").glob("*.rpm"))
+        sign = ["rpmsign", "--addsign", "--define", "_gpg_name gpuboot test"]
+        _run([*sign, "--define", "__gpg /usr/bin/gpg", *rpms], env=env)
+        served = root / "repo"
+        served.mkdir()
+        for path in rpms:
+            shutil.copy(path, served)
+        _run(["createrepo_c", "-q", str(served)])
+        (root / "modules.yaml").write_text(modules_yaml)
+        repodata = served / "repodata"
+        _run(["modifyrepo_c", "--mdtype=modules", str(root / "modules.yaml"), str(repodata)])
+        detached = ["gpg", "--batch", "--yes", "--detach-sign", "--armor"]
+        _run([*detached, str(repodata / "repomd.xml")], env=env)
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+    return root
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """The signed repository: packages signed by rpmsign, repomd.xml by a detached
     signature, one key for both."""
-    base = tmp_path_factory.mktemp("elrepo")
-    env = {**os.environ, "GNUPGHOME": str(base / "gnupg")}
-    (base / "gnupg").mkdir(mode=0o700)
-    _run(
-        [
-            "gpg",
-            "--batch",
-            "--pinentry-mode",
-            "loopback",
-            "--passphrase",
-            "",
-            "--quick-gen-key",
-            "gpuboot test <test@gpuboot.invalid>",
-            "rsa2048",
-            "sign",
-            "never",
-        ],
-        env=env,
-    )
-    (base / "key.asc").write_text(_run(["gpg", "--armor", "--export"], env=env))
-    (base / "p.spec").write_text(SPEC)
-    for name, epoch, version, release in PACKAGES:
-        _run(
-            [
-                "rpmbuild",
-                "-bb",
-                "--quiet",
-                "--define",
-                f"_topdir {base / 'top'}",
-                "--define",
-                f"pname {name}",
-                "--define",
-                f"pver {version}",
-                "--define",
-                f"prel {release}",
-                "--define",
-                f"pepoch {epoch}",
-                str(base / "p.spec"),
-            ],
-            env=env,
-        )
-    rpms = sorted((base / "top" / "RPMS" / "noarch").glob("*.rpm"))
-    _run(
-        [
-            "rpmsign",
-            "--addsign",
-            "--define",
-            "_gpg_name gpuboot test",
-            "--define",
-            "__gpg /usr/bin/gpg",
-            *map(str, rpms),
-        ],
-        env=env,
-    )
-    served = base / "repo"
-    served.mkdir()
-    for path in rpms:
-        shutil.copy(path, served)
-    _run(["createrepo_c", "-q", str(served)])
+    defines = [
+        {"pname": name, "pver": version, "prel": release, "pepoch": epoch}
+        for name, epoch, version, release in PACKAGES
+    ]
     streams = "".join(STREAM.format(branch=b, evr=e) for b, e in (("550", D550), ("570", D570)))
-    (base / "modules.yaml").write_text(streams)
-    _run(["modifyrepo_c", "--mdtype=modules", str(base / "modules.yaml"), str(served / "repodata")])
-    _run(
-        [
-            "gpg",
-            "--batch",
-            "--yes",
-            "--detach-sign",
-            "--armor",
-            str(served / "repodata" / "repomd.xml"),
-        ],
-        env=env,
-    )
-    return base
+    return signed_repo(tmp_path_factory.mktemp("elrepo"), SPEC, defines, streams)
 
 
 class Node:
@@ -191,6 +161,12 @@ class Node:
             exe.chmod(0o755)
         _run([str(root / "bin" / "rpm"), "--initdb"])
         self.dnf("install", "redhat-release")  # imports the repository's key too
+
+    def close(self) -> None:
+        """Stop the gpg-agents dnf started for its repository keyrings (repo_gpgcheck)."""
+        for keyring in self.root.rglob("pubring"):
+            if keyring.is_dir():
+                subprocess.run(["gpgconf", "--homedir", str(keyring), "--kill", "gpg-agent"])
 
     def pins(self, packages: list[str], check: bool = False, **args) -> dict:
         params = {"manager": "dnf", "packages": packages, **args}
@@ -230,8 +206,9 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path, repo) -> Node:
-    return Node(tmp_path / "node", repo)
+def node(tmp_path, repo) -> Iterator[Node]:
+    yield (made := Node(tmp_path / "node", repo))
+    made.close()
 
 
 DCGM = "datacenter-gpu-manager-1:3.3.9-1"

@@ -6,7 +6,7 @@ ones; and EL's installonly kernel packages, two versions side by side."""
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,51 +79,18 @@ FM_PINS = [
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """The signed repository (one key for the packages and repomd.xml)."""
-    root = tmp_path_factory.mktemp("elrepo-fm")
-    env = {"GNUPGHOME": str(root / "gnupg"), "PATH": "/usr/bin:/bin"}
-    (root / "gnupg").mkdir(mode=0o700)
-    gen = ["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
-    gen += ["--quick-gen-key", "gpuboot test <test@gpuboot.invalid>", "rsa2048", "sign", "never"]
-    base._run(gen, env=env)
-    (root / "key.asc").write_text(base._run(["gpg", "--armor", "--export"], env=env))
-    (root / "p.spec").write_text(SPEC)
+    defines = []
     for name, epoch, vr, provides in PACKAGES:
         version, release = vr.split("-")
-        defines = {"_topdir": root / "top", "pname": name, "pver": version, "prel": release}
-        defines |= {"pepoch": epoch, **({"pprov": provides} if provides else {})}
-        argv = ["rpmbuild", "-bb", "--quiet"]
-        for k, v in defines.items():
-            argv += ["--define", f"{k} {v}"]
-        base._run([*argv, str(root / "p.spec")], env=env)
-    rpms = sorted(str(p) for p in (root / "top" / "RPMS" / "noarch").glob("*.rpm"))
-    sign = ["rpmsign", "--addsign", "--define", "_gpg_name gpuboot test"]
-    base._run([*sign, "--define", "__gpg /usr/bin/gpg", *rpms], env=env)
-    served = root / "repo"
-    served.mkdir()
-    for path in rpms:
-        shutil.copy(path, served)
-    base._run(["createrepo_c", "-q", str(served)])
-    (root / "modules.yaml").write_text(STREAM)
-    base._run(
-        ["modifyrepo_c", "--mdtype=modules", str(root / "modules.yaml"), str(served / "repodata")]
-    )
-    base._run(
-        [
-            "gpg",
-            "--batch",
-            "--yes",
-            "--detach-sign",
-            "--armor",
-            str(served / "repodata" / "repomd.xml"),
-        ],
-        env=env,
-    )
-    return root
+        defines.append({"pname": name, "pver": version, "prel": release, "pepoch": epoch})
+        defines[-1] |= {"pprov": provides} if provides else {}
+    return base.signed_repo(tmp_path_factory.mktemp("elrepo-fm"), SPEC, defines, STREAM)
 
 
 @pytest.fixture
-def node(tmp_path, repo) -> base.Node:
-    return base.Node(tmp_path / "node", repo)
+def node(tmp_path, repo) -> Iterator[base.Node]:
+    yield (made := base.Node(tmp_path / "node", repo))
+    made.close()
 
 
 def _installed(node: base.Node) -> list[str]:
