@@ -42,8 +42,9 @@ Epoch: %{pepoch}
 Summary: gpuboot test package
 License: MIT
 BuildArch: noarch
+%{?pprov:Provides: %{pprov}}
 %description
-An empty package of the gpuboot dnf backend test.
+An empty package of the gpuboot dnf backend tests.
 %files
 """
 STREAM = """---

@@ -36,18 +36,6 @@ PACKAGES = (  # name, epoch, version-release, provides
     # RHEL's kernel-core provides installonlypkg(kernel): dnf installs it beside, never over
     *(("kernel-core", 0, v, "installonlypkg(kernel)") for v in (K362, K427)),
 )
-SPEC = """Name: %{pname}
-Version: %{pver}
-Release: %{prel}
-Epoch: %{pepoch}
-Summary: gpuboot test package
-License: MIT
-BuildArch: noarch
-%{?pprov:Provides: %{pprov}}
-%description
-An empty package of the gpuboot dnf profile test.
-%files
-"""
 DEFAULT = ["nvidia-driver", "nvidia-driver-cuda"]
 STREAM = f"""---
 document: modulemd
@@ -84,7 +72,7 @@ def repo(tmp_path_factory) -> Path:
         version, release = vr.split("-")
         defines.append({"pname": name, "pver": version, "prel": release, "pepoch": epoch})
         defines[-1] |= {"pprov": provides} if provides else {}
-    return base.signed_repo(tmp_path_factory.mktemp("elrepo-fm"), SPEC, defines, STREAM)
+    return base.signed_repo(tmp_path_factory.mktemp("elrepo-fm"), base.SPEC, defines, STREAM)
 
 
 @pytest.fixture
