@@ -5,7 +5,6 @@ or stream refused with exit 2 before any host is touched, the mirror listing the
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
@@ -25,16 +24,6 @@ def _inventory(tmp_path, port: int, host_extra: str, all_vars: str) -> str:
         "  hosts:\n    " + HOST % (port, host_extra) + "\n"
     )
     return str(path)
-
-
-@pytest.fixture
-def listener():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(4)
-    sock.settimeout(0.2)
-    yield sock
-    sock.close()
 
 
 def _untouched(sock) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import operator
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -103,16 +102,6 @@ def test_loading_the_stack_raises_naming_every_schema_fault(hostile):
     for key in SCHEMA_KEYS:
         assert key in said, key
     assert str(hostile) in said and "6 schema faults in all" in err.value.message
-
-
-@pytest.fixture
-def listener():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(4)
-    sock.settimeout(0.2)
-    yield sock
-    sock.close()
 
 
 @pytest.mark.parametrize("verb", ["install", "plan"])
