@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -177,11 +178,38 @@ def lab_key(gnupghome: Path) -> Iterator[str]:
         try:
             yield ensure_lab_key(gnupghome)
         finally:
-            subprocess.run(
-                ["gpgconf", "--homedir", gnupghome, "--kill", "gpg-agent"],
-                capture_output=True,
-                check=False,
-            )
+            _stop_agent(gnupghome)
+
+
+def _stop_agent(gnupghome: Path, timeout: float = 10.0) -> None:
+    """Stop the home's gpg-agent and wait for it to end: ``gpgconf --kill`` only asks, and
+    an agent still shutting down when the build returns is a process the lab left behind."""
+    asked = subprocess.run(
+        ["gpg-connect-agent", "--homedir", gnupghome, "--no-autostart", "GETINFO pid", "/bye"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    pids = [
+        int(line[2:])
+        for line in asked.stdout.splitlines()
+        if line[2:].isdigit() and line.startswith("D ")
+    ]
+    subprocess.run(
+        ["gpgconf", "--homedir", gnupghome, "--kill", "gpg-agent"], capture_output=True, check=False
+    )
+    deadline = time.monotonic() + timeout
+    while pids and _running(pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """``pid`` is alive: it exists and is not a zombie waiting for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def cache_hit(stamp: Path, digest: str, expected) -> bool:
