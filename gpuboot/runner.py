@@ -116,6 +116,10 @@ def would_change(task: str, res: dict[str, Any]) -> bool:
     return "| PATCH |" in task and res.get("msg") == WOULD_RUN
 
 
+# ansible's final stats counters, by the HostResult field each sets
+STAT_KEYS = {"ok": "ok", "changed": "changed", "failures": "failed", "skipped": "skipped"}
+
+
 class EventFolder:
     """Folds ansible-runner job events into per-host results as they arrive; ``on_event``
     (progress) sees each event once it is folded, with the hosts' results."""
@@ -182,20 +186,20 @@ class EventFolder:
         return True  # returning False would drop the event from the artifacts (and the stats)
 
     def _fold_stats(self, stats: dict[str, Any]) -> None:
-        """The final stats are authoritative for the counters."""
-        for key, attr in (
-            ("ok", "ok"),
-            ("changed", "changed"),
-            ("failures", "failed"),
-            ("skipped", "skipped"),
-        ):
-            for host, count in (stats.get(key) or {}).items():
-                setattr(self._host(host), attr, count)
+        """The final stats are authoritative for the counters. A host absent from a
+        counter has none: a failure a rescue block took is in "rescued", not "failures"."""
+        dark = stats.get("dark") or {}
+        for host in {h for key in STAT_KEYS for h in stats.get(key) or {}}:
+            result = self._host(host)
+            for key, attr in STAT_KEYS.items():
+                setattr(result, attr, (stats.get(key) or {}).get(host, 0))
+            if not result.failed and host not in dark:
+                result.failed_task = result.reason = None
         for host, count in self.would_run.items():  # ansible counted them as skipped
             result = self._host(host)
             result.changed = (stats.get("changed") or {}).get(host, 0) + count
             result.skipped = (stats.get("skipped") or {}).get(host, 0) - count
-        for host in stats.get("dark") or {}:
+        for host in dark:
             self._host(host).unreachable = True
 
 
