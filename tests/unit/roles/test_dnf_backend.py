@@ -147,6 +147,10 @@ class Node:
             f"[main]\nenabled=1\nlocklist={etc / 'dnf' / 'plugins' / 'versionlock.list'}\n"
         )
         (etc / "dnf" / "plugins" / "versionlock.list").write_text("")
+        # Its cache path is fixed (/var/cache/dnf/packages.db): the controller's, not the node's.
+        (etc / "dnf" / "plugins" / "generate_completion_cache.conf").write_text(
+            "[main]\nenabled=0\n"
+        )
         (etc / "yum.repos.d" / "gpuboot-test.repo").write_text(
             f"[gpuboot-test]\nname=gpuboot test\nbaseurl=file://{repo / 'repo'}\n"
             f"gpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file://{repo / 'key.asc'}\n"
@@ -316,3 +320,16 @@ def test_an_apt_pin_or_an_unknown_version_is_refused_before_anything_runs(node):
     missing = node.pins(["datacenter-gpu-manager-1:3.3.99-1"])
     assert missing.get("failed") and "3.3.99" in missing["msg"], missing
     assert node.installed() == {}
+
+
+def _mtime(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
+def test_a_node_writes_nothing_in_the_controllers_dnf_cache(node):
+    """dnf's completion-cache plugin writes a fixed path, whatever --installroot says."""
+    controller_cache = Path("/var/cache/dnf/packages.db")
+    before = _mtime(controller_cache)
+    node.pins([DCGM])
+    node.dnf("upgrade")
+    assert _mtime(controller_cache) == before
