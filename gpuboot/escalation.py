@@ -126,15 +126,38 @@ def observe_bundle(host_dir: Path) -> Observation:
     return observe(evidence)
 
 
+# Bounds of one node's folded fault history, whatever the node reported (a scan history is
+# compacted to this state, gpuboot.scan): a fault's older boots are counted, not listed (a
+# boot id never comes back after later boots), and past the caps the least recently seen
+# fault or GPU address is forgotten (a real node has a few dozen; more is noise or hostile).
+BOOTS_KEPT = 16
+MAX_FAULT_KEYS = 256
+MAX_PARTS = 64
+STATE_VERSION = 1
+
+
 @dataclass
 class FaultHistory:
-    """Per node: for each fault key, the distinct boot ids it was seen in (in order) and
-    when it was first seen. Fed record by record from the scan history."""
+    """Per node: for each fault key (least recently seen first), the distinct boot ids it
+    was seen in (the last BOOTS_KEPT, in order; ``older`` counts the ones before) and when
+    it was first seen. Fed record by record from the scan history."""
 
     boots: dict[str, list[str]] = field(default_factory=dict)
     first_seen: dict[str, str] = field(default_factory=dict)
     escalated: frozenset[str] = frozenset()  # keys escalated at the latest scan
     parts: dict[str, str] = field(default_factory=dict)  # PCI address -> last UUID seen
+    older: dict[str, int] = field(default_factory=dict)  # key -> boots no longer listed
+
+    def count(self, key: str, boot_id: str | None = None) -> int:
+        """Distinct boots ``key`` was seen in, with ``boot_id`` (this scan's) if new."""
+        seen = self.boots.get(key) or []
+        extra = 1 if boot_id and boot_id not in seen else 0
+        return self.older.get(key, 0) + len(seen) + extra
+
+    def _forget(self, key: str) -> None:
+        self.boots.pop(key, None)
+        self.first_seen.pop(key, None)
+        self.older.pop(key, None)
 
     def replaced(self, parts: dict[str, Any]) -> None:
         """Forget the faults of an address where another GPU is seen now: a new part."""
@@ -143,9 +166,11 @@ class FaultHistory:
                 continue
             if self.parts.get(pci, uuid) != uuid:
                 for key in [k for k in self.boots if k.endswith(f"@{pci}")]:
-                    del self.boots[key]
-                    self.first_seen.pop(key, None)
+                    self._forget(key)
+            self.parts.pop(pci, None)  # most recently seen last
             self.parts[pci] = uuid
+        while len(self.parts) > MAX_PARTS:
+            del self.parts[next(iter(self.parts))]
 
     def add(
         self,
@@ -160,10 +185,69 @@ class FaultHistory:
             if not isinstance(key, str):
                 continue
             self.first_seen.setdefault(key, time)
-            seen = self.boots.setdefault(key, [])
+            seen = self.boots.pop(key, [])
+            self.boots[key] = seen  # most recently seen last
             if isinstance(boot_id, str) and boot_id and boot_id not in seen:
                 seen.append(boot_id)
+                if len(seen) > BOOTS_KEPT:
+                    del seen[0]
+                    self.older[key] = self.older.get(key, 0) + 1
+        while len(self.boots) > MAX_FAULT_KEYS:
+            self._forget(next(iter(self.boots)))
         self.escalated = frozenset(k for k in escalated or () if isinstance(k, str))
+
+    def to_json(self) -> dict[str, Any]:
+        """The state a compacted history keeps (``escalated`` is its record's own)."""
+        return {
+            "v": STATE_VERSION,
+            "faults": [
+                [k, self.first_seen.get(k, ""), self.older.get(k, 0), list(b)]
+                for k, b in self.boots.items()
+            ],
+            "parts": [[p, u] for p, u in self.parts.items()],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, escalated: Any = ()) -> FaultHistory:
+        """The inverse of :meth:`to_json`; ValueError naming what is wrong with anything
+        else (a compacted history is data to check: the caps hold, the types are exact)."""
+        if not isinstance(doc, dict) or doc.get("v") != STATE_VERSION:
+            raise ValueError(f"is not fault state version {STATE_VERSION}")
+        faults, parts = doc.get("faults"), doc.get("parts")
+        if not isinstance(faults, list) or len(faults) > MAX_FAULT_KEYS:
+            raise ValueError(f"has 'faults' that is not a list of at most {MAX_FAULT_KEYS}")
+        if not isinstance(parts, list) or len(parts) > MAX_PARTS:
+            raise ValueError(f"has 'parts' that is not a list of at most {MAX_PARTS}")
+        out = cls()
+        for entry in faults:
+            ok = isinstance(entry, list) and len(entry) == 4
+            key, first, older, boots = entry if ok else (None, None, None, None)
+            if not (
+                isinstance(key, str)
+                and isinstance(first, str)
+                and type(older) is int
+                and 0 <= older < 2**31
+                and isinstance(boots, list)
+                and len(boots) <= BOOTS_KEPT
+                and all(isinstance(b, str) and b for b in boots)
+                and len(set(boots)) == len(boots)
+                and key not in out.boots
+            ):
+                what = "[key, first seen, older boots, boot ids]"
+                raise ValueError(f"has a fault that is not {what}: {entry!r:.80}")
+            out.boots[key], out.first_seen[key] = list(boots), first
+            if older:
+                out.older[key] = older
+        for entry in parts:
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and all(isinstance(x, str) for x in entry)
+            ):
+                raise ValueError(f"has a part that is not [PCI address, UUID]: {entry!r:.80}")
+            out.parts[entry[0]] = entry[1]
+        out.escalated = frozenset(k for k in escalated or () if isinstance(k, str))
+        return out
 
 
 def escalations(
@@ -177,10 +261,8 @@ def escalations(
         before.replaced(now.parts)
     out = []
     for key, what in sorted(now.faults.items()):
-        seen = list((before.boots.get(key) if before else None) or [])
-        if now.boot_id and now.boot_id not in seen:
-            seen.append(now.boot_id)
-        if len(seen) <= reboots:
+        boots = (before or FaultHistory()).count(key, now.boot_id)
+        if boots <= reboots:
             continue
         kind = key.split(":", 1)[0].split("@", 1)[0]
         out.append(
@@ -188,7 +270,7 @@ def escalations(
                 "fault": key,
                 "what": what,
                 "rule": RULE_OF[kind],
-                "boots": len(seen),
+                "boots": boots,
                 "first_seen": (before.first_seen.get(key) if before else None),
                 "action": RMA_ACTION,
                 "new": not (before and key in before.escalated),

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -139,3 +139,32 @@ def exclusive(fh: IO) -> Iterator[None]:
         yield
     finally:
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def exclusive_current(fh: IO, path: Path, reopen: Callable[[], IO]) -> Iterator[IO]:
+    """:func:`exclusive` on the file ``path`` names once the lock is granted: a file that
+    was replaced (renamed over, e.g. a compacted scan history) while this run waited is
+    opened again with ``reopen`` and locked instead. Yields the locked file; one opened
+    here is closed on the way out."""
+    opened: IO | None = None
+    try:
+        while True:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                current = os.path.samestat(os.fstat(fh.fileno()), os.stat(path))
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            if opened is not None:
+                opened.close()
+            fh = opened = reopen()
+        try:
+            yield fh
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    finally:
+        if opened is not None:
+            opened.close()

@@ -20,20 +20,32 @@ nothing new. 2 and 3 keep their meaning (bad input, the run broke).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from gpuboot import escalation, locks, paths
 from gpuboot.checks.rules import ERROR, FAIL
 from gpuboot.inventory import Inventory
+from gpuboot.report._util import parse_iso
 
 HISTORY_NAME = "scan-history.jsonl"
 HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HOME)"
 BAD = (FAIL, ERROR)
+# Compaction (History, _compact): a node's scans fold into one record (STATE), the trend
+# page's points into a few (TREND) over the last TREND_SCANS_KEPT scans (a year of hourly
+# ones); lines no scan can use go to <history>.rejected.
+STATE, TREND = "state", "trend"
+TREND_SCANS_KEPT = 8760
+COMPACT_MIN_BYTES = 256 * 1024  # a smaller history is only appended to
+REJECTED_SUFFIX = ".rejected"
 
 EXIT_CLEAN = 0
 EXIT_NEW_DRIFT = 1
@@ -61,13 +73,25 @@ def _problem(rec: Any) -> str | None:
             return f"has {key!r} that is not a {kind.__name__}"
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in rec["failing"].items()):
         return "has 'failing' that is not rule -> status"
+    if STATE in rec:  # a compacted node: its state is checked whole, never half trusted
+        state = rec[STATE]
+        known = state.get("known") if isinstance(state, dict) else None
+        if not isinstance(known, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in known.items()
+        ):
+            return "has a 'state' whose 'known' is not rule -> status"
+        try:
+            escalation.FaultHistory.from_json(state)
+        except ValueError as exc:
+            return f"has a 'state' that {exc}"
     return None
 
 
 class NodeHistory:
     """One node's history folded record by record: its latest record, the rules last known
     failing (a rule the harness could not judge keeps what was known of it before) and its
-    hardware faults per boot (gpuboot.escalation)."""
+    hardware faults per boot (gpuboot.escalation). A compacted record (``state``) carries
+    this fold of every scan before it and replaces what came before."""
 
     def __init__(self) -> None:
         self.last: dict[str, Any] | None = None
@@ -75,6 +99,12 @@ class NodeHistory:
         self.faults = escalation.FaultHistory()
 
     def add(self, rec: dict[str, Any]) -> None:
+        escalated = rec.get("escalated") if isinstance(rec.get("escalated"), list) else ()
+        if STATE in rec:
+            self.known = dict(rec[STATE]["known"])
+            self.faults = escalation.FaultHistory.from_json(rec[STATE], escalated)
+            self.last = {k: v for k, v in rec.items() if k != STATE}
+            return
         known = {r: s for r, s in rec["failing"].items() if s != ERROR}
         for rule, status in rec["failing"].items():
             if status == ERROR and rule in self.known:
@@ -85,7 +115,7 @@ class NodeHistory:
             rec["time"],
             rec.get("boot_id"),
             faults if isinstance(faults, list) else (),
-            rec.get("escalated") if isinstance(rec.get("escalated"), list) else (),
+            escalated,
             rec.get("gpus") if isinstance(rec.get("gpus"), dict) else None,
         )
 
@@ -93,70 +123,257 @@ class NodeHistory:
         """The previous scan as drift() reads it: its time, the rules known failing."""
         return {"time": self.last["time"], "failing": self.known} if self.last else None
 
-
-def _records(data: bytes, name: Path, warn: Callable[[str], None]) -> Iterator[dict[str, Any]]:
-    """Every well-formed record of a history file's bytes, in file order."""
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            warn(f"{name}:{number}: warning: not UTF-8 (byte {exc.start}); line skipped")
-            continue
-        except ValueError as exc:  # includes a torn last line from a killed scan
-            warn(f"{name}:{number}: warning: not a JSON record ({exc}); line skipped")
-            continue
-        if problem := _problem(rec):
-            warn(f"{name}:{number}: warning: the record {problem}; line skipped")
-            continue
-        yield rec
+    def compacted(self) -> dict[str, Any]:
+        """The one record that stands for every scan of this node: its latest record and
+        the folded state (no other consumer reads the older records of a node)."""
+        assert self.last is not None
+        return {**self.last, STATE: {**self.faults.to_json(), "known": self.known}}
 
 
-def _fold(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, NodeHistory]:
-    out: dict[str, NodeHistory] = {}
-    for rec in _records(data, name, warn):
-        out.setdefault(rec["host"], NodeHistory()).add(rec)
-    return out
+class _Trend:
+    """The trend page's input (gpuboot/report/trend.py: series) in few records: per scan,
+    only the nodes whose trend state (rules failing; a rule not judged keeps its last known
+    state) changed or that measured figures, written as that state, or one unchanged node
+    so the scan keeps its point; the last TREND_SCANS_KEPT scans, those before folded into
+    one record per node. series() gives the same points on these as on every record."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, frozenset[str]] = {}  # host -> rules failing now
+        self.seed: dict[str, frozenset[str]] = {}  # host -> rules failing before the scans
+        self.scans: deque[list[dict[str, Any]]] = deque()
+        self.time: str | None = None  # the open scan's time (series groups records by it)
+        self.first = ""  # the open scan's first node
+        self.open: list[dict[str, Any]] | None = None  # None: a time series() skips
+
+    def _record(self, host: str, time: str, failing: frozenset[str]) -> dict[str, Any]:
+        return {
+            TREND: 1,
+            "host": host,
+            "time": time,
+            "failing": dict.fromkeys(sorted(failing), FAIL),
+        }
+
+    def _group(self) -> list[dict[str, Any]]:
+        """The open scan's records; none changed: its first node as it is (a point)."""
+        assert self.open is not None and self.time is not None
+        return self.open or [self._record(self.first, self.time, self.state[self.first])]
+
+    def _close(self) -> None:
+        if self.open is None:
+            return
+        self.scans.append(self._group())
+        while len(self.scans) > TREND_SCANS_KEPT:
+            for rec in self.scans.popleft():
+                self.seed[rec["host"]] = frozenset(rec["failing"])
+        self.open = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        if rec["time"] != self.time:
+            self._close()
+            self.time, self.first = rec["time"], rec["host"]
+            try:
+                parse_iso(self.time)
+                self.open = []
+            except ValueError:  # series() skips such a scan whole, state included
+                self.open = None
+        if self.open is None:
+            return
+        host, failing = rec["host"], rec["failing"]
+        before = self.state.get(host)
+        kept = {r for r, st in failing.items() if st == ERROR} & (before or frozenset())
+        now = frozenset({r for r, st in failing.items() if st == FAIL} | kept)
+        self.state[host] = now
+        figures = rec.get("figures")
+        if now != before or (isinstance(figures, dict) and figures):
+            out = self._record(host, rec["time"], now)
+            if isinstance(figures, dict) and figures:
+                out["figures"] = figures
+            self.open.append(out)
+
+    def records(self) -> list[dict[str, Any]]:
+        scans = [*self.scans, *([self._group()] if self.open is not None else [])]
+        if not scans:
+            return []
+        first = scans[0][0]["time"]  # the nodes known before the first scan kept, then
+        out = [self._record(h, first, f) for h, f in self.seed.items()]
+        for group in scans:
+            out += group
+        return out
 
 
-def _latest(data: bytes, name: Path, warn: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    return {h: n.last for h, n in _fold(data, name, warn).items() if n.last}
+class History:
+    """A history file read in one pass: every node's fold (drift, escalation, status) and
+    the trend page's records, the lines no scan can use (kept aside when compacting) and
+    how many bytes are records as scans wrote them vs compacted ones (compaction is due
+    once the former outweigh the latter: the file stays within about twice its compacted
+    size)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeHistory] = {}
+        self.trend = _Trend()
+        self.rejected: list[bytes] = []
+        self.raw = 0
+        self.kept = 0
+
+    @classmethod
+    def parse(cls, data: bytes, name: Path, warn: Callable[[str], None]) -> History:
+        """Every line of a history file's bytes, in file order. A line that is not a whole,
+        well-formed record (a torn line from a killed scan, a hand edit, another encoding,
+        a compacted record that fails its checks) is skipped with a warning naming the
+        file and line: one bad line never breaks the scans after it."""
+        hist = cls()
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                warn(f"{name}:{number}: warning: not UTF-8 (byte {exc.start}); line skipped")
+                hist.rejected.append(raw)
+                continue
+            except ValueError as exc:  # includes a torn last line from a killed scan
+                warn(f"{name}:{number}: warning: not a JSON record ({exc}); line skipped")
+                hist.rejected.append(raw)
+                continue
+            if problem := _problem(rec):
+                warn(f"{name}:{number}: warning: the record {problem}; line skipped")
+                hist.rejected.append(raw)
+                continue
+            hist.add(rec, len(raw) + 1)
+        return hist
+
+    def add(self, rec: dict[str, Any], size: int) -> None:
+        if rec.get(TREND):
+            self.trend.add(rec)
+            self.kept += size
+        elif STATE in rec:
+            self.nodes[rec["host"]] = node = NodeHistory()
+            node.add(rec)
+            self.kept += size
+        else:
+            self.nodes.setdefault(rec["host"], NodeHistory()).add(rec)
+            self.trend.add(rec)
+            self.raw += size
+
+    def due(self) -> bool:
+        return self.raw >= max(self.kept, COMPACT_MIN_BYTES)
+
+    def compacted(self) -> bytes:
+        recs = self.trend.records() + [n.compacted() for n in self.nodes.values() if n.last]
+        return b"".join(json.dumps(r, sort_keys=True).encode() + b"\n" for r in recs)
 
 
-def _read(history: Path) -> bytes | None:
+# The history a scan of this process read and wrote last, with the file's identity then:
+# the trend page written next (cli.cmd_scan) reads it from here, not from the disk again.
+_LAST: dict[str, tuple[tuple[int, ...], History]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remember(history: Path, hist: History) -> None:
+    _LAST.clear()
+    with contextlib.suppress(OSError):
+        _LAST[os.path.realpath(history)] = (_identity(os.stat(history)), hist)
+
+
+def _load(history: Path, warn: Callable[[str], None]) -> History:
+    with contextlib.suppress(OSError):
+        identity, hist = _LAST.get(os.path.realpath(history)) or ((), None)
+        if hist is not None and identity == _identity(os.stat(history)):
+            return hist
     if not history.is_file():
-        return None
+        return History()
     try:
-        return history.read_bytes()
+        data = history.read_bytes()
     except OSError as exc:
         raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
+    return History.parse(data, history, warn)
 
 
 def last_records(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> dict[str, dict[str, Any]]:
-    """host -> its most recent scan record. A line that is not a whole, well-formed record
-    (a torn line from a killed scan, a hand edit, another encoding) is skipped with a
-    warning naming the file and line: one bad line never breaks the scans after it."""
-    data = _read(history)
-    return _latest(data, history, warn) if data is not None else {}
+    """host -> its most recent scan record (bad lines skipped with a warning: History)."""
+    return {h: n.last for h, n in _load(history, warn).nodes.items() if n.last}
 
 
 def read_history(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> dict[str, NodeHistory]:
     """host -> its folded history (bad lines skipped with a warning, as last_records)."""
-    data = _read(history)
-    return _fold(data, history, warn) if data is not None else {}
+    return _load(history, warn).nodes
 
 
 def history_records(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> list[dict[str, Any]]:
-    """Every well-formed record, in file order (the trend page's input)."""
-    data = _read(history)
-    return list(_records(data, history, warn)) if data is not None else []
+    """The trend page's input: records whose series() is every record's (_Trend)."""
+    return _load(history, warn).trend.records()
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _set_aside(target: Path, lines: list[bytes]) -> Path:
+    """Lines no scan can use, appended to ``<history>.rejected`` (private) for the operator."""
+    path = target.with_name(target.name + REJECTED_SUFFIX)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"".join(line + b"\n" for line in lines))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _compact(history: Path, hist: History, warn: Callable[[str], None]) -> None:
+    """Replace the history by its compacted form: a new file beside it (its mode and
+    owner), fsynced, renamed over it. Anything failing before the rename (a full disk,
+    Ctrl-C) leaves the old file whole and removes the new one. The caller holds the lock."""
+    target = Path(os.path.realpath(history))
+    st = os.stat(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".compacting", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(hist.compacted())
+            out.flush()
+            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))
+            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(OSError):  # root scanning a user's history
+                    os.fchown(out.fileno(), st.st_uid, st.st_gid)
+            os.fsync(out.fileno())
+        aside = _set_aside(target, hist.rejected) if hist.rejected else None
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+    if aside:
+        warn(
+            f"{history}: warning: {len(hist.rejected)} line(s) no scan can use moved to "
+            f"{aside} (history compacted)"
+        )
+    hist.rejected, hist.kept, hist.raw = [], hist.kept + hist.raw, 0
+
+
+def compact_history(history: Path, *, warn: Callable[[str], None] = lambda _m: None) -> None:
+    """Compact ``history`` now, under the scans' lock (scans also do it when due)."""
+    with (
+        _open_history(history) as first,
+        locks.exclusive_current(first, history, lambda: _open_history(history)) as fh,
+    ):
+        fh.seek(0)
+        hist = History.parse(fh.read(), history, warn)
+        _compact(history, hist, warn)
 
 
 def drift(now: dict[str, str], before: dict[str, Any] | None) -> dict[str, Any]:
@@ -192,14 +409,14 @@ def exit_code(report: dict[str, Any]) -> int:
     return EXIT_CLEAN
 
 
-def _append(fh: IO[bytes], records: list[dict[str, Any]]) -> None:
+def _append(fh: IO[bytes], lines: list[bytes]) -> None:
     # A scan killed mid-write leaves a torn line: end it so this one stands alone.
     fh.seek(0, 2)
     if size := fh.tell():
         fh.seek(size - 1)
         if fh.read(1) != b"\n":
             fh.write(b"\n")  # "a" mode: written at the end whatever the read position
-    fh.write(b"".join(json.dumps(r, sort_keys=True).encode() + b"\n" for r in records))
+    fh.write(b"".join(lines))
     fh.flush()
 
 
@@ -214,8 +431,11 @@ def _open_history(history: Path) -> IO[bytes]:
 
 
 def append_history(history: Path, records: list[dict[str, Any]]) -> None:
-    with _open_history(history) as fh, locks.exclusive(fh):
-        _append(fh, records)
+    with (
+        _open_history(history) as first,
+        locks.exclusive_current(first, history, lambda: _open_history(history)) as fh,
+    ):
+        _append(fh, [json.dumps(r, sort_keys=True).encode() + b"\n" for r in records])
 
 
 def drift_lines(report: dict[str, Any]) -> list[str]:
@@ -269,13 +489,14 @@ def scan(
     history = history or default_history()
     # an Inventory a caller already loaded is used as it is, never read again
     inv_path = inventory.path if isinstance(inventory, Inventory) else Path(inventory).resolve()
-    with _open_history(history) as fh:
+    with _open_history(history) as first:
         report = certify.certify(inventory, limit=limit, probes=probes, progress=progress)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         bundle = Path(report["bundle"]) if report.get("bundle") else None
-        with locks.exclusive(fh):
+        with locks.exclusive_current(first, history, lambda: _open_history(history)) as fh:
             fh.seek(0)
-            before = _fold(fh.read(), history, progress)
+            hist = History.parse(fh.read(), history, progress)  # the one read of this scan
+            before = hist.nodes
             records = []
             for node in report["nodes"]:
                 now = failing(node)
@@ -304,10 +525,22 @@ def scan(
                         "figures": _figures(node),
                     }
                 )
+            lines = [json.dumps(r, sort_keys=True).encode() + b"\n" for r in records]
             try:
-                _append(fh, records)
+                _append(fh, lines)
             except OSError as exc:
                 raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
+            for rec, line in zip(records, lines, strict=True):
+                hist.add(rec, len(line))
+            if hist.due():
+                try:
+                    _compact(history, hist, progress)
+                except OSError as exc:  # this scan is recorded: only the shrinking waits
+                    progress(
+                        f"{history}: warning: not compacted ({exc.strerror or exc}); the scan "
+                        "is recorded and the history kept as it was"
+                    )
+            _remember(history, hist)
     report["history"] = str(history)
     report["passed"] = all(n["verdict"] not in BAD for n in report["nodes"])
     report["exit_code"] = exit_code(report)
