@@ -1,9 +1,10 @@
 """`gpuboot plan`: what each node has now against what its stack wants (read-only),
 and the nodes grouped by identical change set.
 
-One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL), all nodes in parallel; nothing is
-changed on any node. A node that cannot be reached is reported as such (with what ssh
-said) and the others are still planned.
+One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL, and on EL8/EL9 dnf's enabled
+module streams from its cache), all nodes in parallel; nothing is changed on any node. A
+node that cannot be reached is reported as such (with what ssh said) and the others are
+still planned.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from gpuboot import paths
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
+    DNF_MODULE_LIST,
     DPKG_QUERY,
     RPM_QUERY,
     installed_rpm_versions,
@@ -28,6 +30,24 @@ from gpuboot.ui import host_ranges
 # dpkg-query answers in about a second; a node holding the session longer than this is
 # reported, not waited for (one such node used to hold the whole plan)
 READ_TIMEOUT_S = 120
+# EL8/EL9 stacks pin the driver's module stream too: dnf's enabled streams (from its cache,
+# no network, no key trusted) follow rpm's database in the same round trip, after a line
+# carrying rpm's exit status.
+_STREAMS_MARK = "--gpuboot-dnf-modules rpm-exit="
+EL_STREAM_QUERY = f"{RPM_QUERY}; printf '\\n{_STREAMS_MARK}%s\\n' \"$?\"; {DNF_MODULE_LIST}"
+
+
+def split_stream_answer(stdout: str, rc: int) -> tuple[str, int, str | None, str]:
+    """EL_STREAM_QUERY's answer -> (rpm's output, rpm's exit, the module listing or None,
+    why it is None). An answer without the marker line is rpm's alone (exit 1)."""
+    rpm, found, rest = stdout.rpartition(f"\n{_STREAMS_MARK}")
+    if not found:
+        return stdout, 1, None, "no module listing in the answer"
+    status, _, listing = rest.partition("\n")
+    rpm_rc = int(status) if status.strip().isdigit() else 1
+    if rc != 0:
+        return rpm, rpm_rc, None, last_line(listing) or f"dnf exit {rc}"
+    return rpm, rpm_rc, listing, ""
 
 
 def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> list[dict]:
@@ -74,6 +94,7 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
     import testinfra
 
     from gpuboot.stacks import compare, load_stack
+    from gpuboot.stacks.plan import stream_item
 
     inv = load_inventory(inventory)
     selected = select_hosts(inv, limit)  # Ansible's reading of --limit, not testinfra's
@@ -87,10 +108,11 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
         hostvars = inv.resolved(name)
         family = hostvars.get("gpuboot_os_family", "debian")
         el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
+        stack = load_stack(hostvars["gpuboot_stack"]) if "gpuboot_stack" in hostvars else None
+        streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
+        query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
         try:
-            cmd = run_with_deadline(
-                host, RPM_QUERY if el else DPKG_QUERY, READ_TIMEOUT_S, "reading installed packages"
-            )
+            cmd = run_with_deadline(host, query, READ_TIMEOUT_S, "reading installed packages")
         except RemoteTimeout as exc:
             return {"host": name, "error": exc.message}
         except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
@@ -99,15 +121,17 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
                 "unreachable": True,
                 "error": f"unreachable: {failure_reason(exc)}",
             }
-        if cmd.rc != 0:
-            why = last_line(cmd.stderr) or f"exit {cmd.rc}"
+        out, rc, listing, unread = cmd.stdout, cmd.rc, None, ""
+        if streams:
+            out, rc, listing, unread = split_stream_answer(cmd.stdout, cmd.rc)
+        if rc != 0:
+            why = last_line(cmd.stderr) or f"exit {rc}"
             return {"host": name, "error": f"cannot read installed packages: {why}"}
         try:
-            installed = (installed_rpm_versions if el else installed_versions)(cmd.stdout)
+            installed = (installed_rpm_versions if el else installed_versions)(out)
         except ParseError as exc:
             return {"host": name, "error": f"cannot read installed packages: {exc}"}
-        if "gpuboot_stack" in hostvars:
-            stack = load_stack(hostvars["gpuboot_stack"])
+        if stack is not None:
             # Where gpuboot does not manage the kernel (the lab's is the host's), its
             # packages are not part of the plan.
             skip = set()
@@ -123,8 +147,8 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
                     "restarts": list(i.restarts),
                     "replaces": i.replaces,
                 }
-                for i in compare(installed, stack, family)
-                if i.package not in skip
+                for i in [*compare(installed, stack, family), stream_item(stack, listing, unread)]
+                if i is not None and i.package not in skip
             ]
         else:
             items = _driver_only_plan(hostvars, installed)

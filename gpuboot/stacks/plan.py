@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuboot.components import components as component_table
-from gpuboot.evidence.packages import is_installonly
+from gpuboot.errors import ParseError
+from gpuboot.evidence.packages import enabled_streams, installed_profiles, is_installonly
 from gpuboot.stacks.model import (
     OPTIONAL_COMPONENTS,
     OS_FAMILIES,
@@ -24,7 +25,8 @@ from gpuboot.stacks.model import (
 )
 from gpuboot.stacks.versions import compare_versions
 
-Action = Literal["install", "upgrade", "downgrade", "keep"]
+# "enable"/"switch": the driver's module stream (EL8/EL9); "unknown": it could not be read
+Action = Literal["install", "upgrade", "downgrade", "keep", "enable", "switch", "unknown"]
 
 # Kernel-side components: a new version runs only after a reboot (an OFED change also
 # unloads nvidia_peermem, and the reboot loads it back). Userspace daemons: a changed
@@ -121,6 +123,35 @@ def driver_module_profile(stream: str, fabricmanager: bool) -> str:
     stack enables fabric manager exactly on NVSwitch SKUs (CMP-003/CMP-004 check it against
     the SKU profile); no stream (EL10), no profile."""
     return "fm" if fabricmanager and stream else ""
+
+
+def stream_item(stack: Stack, listing: str | None, unread: str = "") -> PlanItem | None:
+    """EL8/EL9: the driver's module stream (with the fm profile on NVSwitch systems) as a
+    plan item: a change exactly when the pinned_packages module would make one (another
+    stream enabled, or the profile not installed on it). ``listing`` is ``dnf module list
+    --enabled`` from dnf's cache; None (``unread`` says why) when the node could not answer.
+    None when the stack pins no stream (EL10: versionlock alone)."""
+    want = stack.driver.pins_for("redhat").module_stream
+    if not want:
+        return None
+    module, _, stream = want.partition(":")
+    profile = driver_module_profile(want, stack.fabricmanager.enabled)
+    desired = f"{stream}/{profile}" if profile else stream
+    try:
+        enabled = None if listing is None else enabled_streams(listing).get(module)
+        profiles = () if listing is None else installed_profiles(listing).get(module, ())
+    except ParseError as exc:
+        listing, unread = None, str(exc)
+    if listing is None:
+        return PlanItem(f"module {module}", f"unread: {unread}", desired, "unknown", False, ())
+    current = f"{enabled}/{','.join(profiles)}" if enabled and profiles else enabled
+    if enabled is None:
+        action: Action = "enable"
+    elif enabled != stream or (profile and profile not in profiles):
+        action = "switch"
+    else:
+        action = "keep"
+    return PlanItem(f"module {module}", current, desired, action, False, ())
 
 
 def mirror_packages(stack: Stack, os_family: str) -> list[tuple[str, str]]:
