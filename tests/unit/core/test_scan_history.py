@@ -9,8 +9,10 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import multiprocessing
 import os
 import stat
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -331,3 +333,44 @@ def test_bad_lines_move_to_a_private_rejected_file_when_compacting(tmp_path):
     warned.clear()
     scan.read_history(history, warn=warned.append)
     assert warned == []  # said once, kept for the operator, not on every later scan
+
+
+# ---------------------------------------------------------------- concurrent scans
+FORK = multiprocessing.get_context("fork")
+
+
+def _scan_compacting(inventory, history, barrier, results):
+    def slow_certify(*_a, **_k):
+        time.sleep(0.6)  # the history is open: it is compacted (renamed over) meanwhile
+        finding = {"rule": f"X{os.getpid()}", "status": "FAIL"}  # each scan its own rule
+        node = {"host": "n1", "verdict": "FAIL", "findings": [finding]}
+        return {"run_id": f"r{os.getpid()}", "run_dir": "d", "nodes": [node]}
+
+    certify.certify = slow_certify
+    barrier.wait(30)
+    drift = scan.scan(inventory, history=Path(history))["nodes"][0]["drift"]
+    results.put((f"X{os.getpid()}", drift["cleared"]))
+
+
+def test_concurrent_compacting_scans_each_see_the_one_before(tmp_path):
+    """Scans that opened the history before it was compacted (renamed over) lock, read and
+    append to the new file, not the replaced one (their records would be lost)."""
+    history = tmp_path / "scan-history.jsonl"
+    write_history(history, 200, 1)  # not due: these scans only append
+    scan.append_history(history, [{"host": "n1", "time": "2026-01-01T00:00:00Z", "failing": {}}])
+    barrier, results = FORK.Barrier(4), FORK.Queue()
+    args = (str(tmp_path / "inv.yml"), str(history), barrier, results)
+    procs = [FORK.Process(target=_scan_compacting, args=args) for _ in range(3)]
+    for p in procs:
+        p.start()
+    barrier.wait(30)
+    time.sleep(0.2)  # every scan has opened the history and is probing
+    scan.compact_history(history)
+    for p in procs:
+        p.join(60)
+    seen = dict(results.get(timeout=5) for _ in procs)
+    # a chain: each scan cleared the rule of the one before it (none read a stale file)
+    cleared = [c for cs in seen.values() for c in cs if c.startswith("X")]
+    (last,) = set(seen) - set(cleared)
+    assert sorted(cleared) == sorted(set(seen) - {last})
+    assert scan.read_history(history)["n1"].known == {last: "FAIL"}
