@@ -259,3 +259,19 @@ def test_systemctl_show_blocks_in_systemds_own_property_order():
     assert units["dnf-automatic-install.timer"]["UnitFileState"] == "enabled"
     with pytest.raises(ParseError, match="without Id"):
         parse_systemctl_show("ActiveState=inactive\n")
+
+
+def test_a_module_listing_cut_short_is_unreadable_not_no_stream(read):
+    """Without its table (or dnf's "no match" answer) a listing would read as "no stream
+    enabled", and a row cut inside would make a flag the stream: both are unreadable."""
+    listing = read("dnf/dnf_module_list_--enabled.fm-installed.dnf4.14-installroot.txt")
+    for cut in (listing.splitlines()[0] + "\n", listing.replace("550-open ", "", 1), ""):
+        with pytest.raises(ParseError):
+            parse_module_list(cut)
+
+
+def test_stk002_on_a_module_listing_cut_before_its_table_is_error_not_fail():
+    files = _converged()
+    files["dnf_module_list_--enabled.txt"] = "gpuboot\n"  # the repository's name, then nothing
+    finding = _judge(files, "STK-002")
+    assert finding.status == "ERROR", finding

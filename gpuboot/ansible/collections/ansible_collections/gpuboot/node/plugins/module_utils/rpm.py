@@ -211,9 +211,10 @@ class ModuleStream:
 
 def parse_module_list(text: str) -> list[ModuleStream]:
     """Every row of ``dnf module list`` tables. dnf answering that no module matches is
-    an empty list (no stream enabled); an ``Error:`` of any other kind is not."""
+    an empty list (no stream enabled); an ``Error:`` of any other kind is not, and neither
+    is an answer with no table at all (cut short: it would read as "no stream enabled")."""
     rows: list[ModuleStream] = []
-    in_table = False
+    in_table = answered = False
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip():
@@ -221,17 +222,18 @@ def parse_module_list(text: str) -> list[ModuleStream]:
             continue
         if line.startswith("Error:"):
             if MODULE_NONE in line:
+                answered = True
                 continue
             raise RpmParseError(f"dnf module list failed: {line[:120]!r}")
         words = line.split()
         if words[:4] == ["Name", "Stream", "Profiles", "Summary"]:
-            in_table = True
+            in_table = answered = True
             continue
         if not in_table or line.startswith("Hint:"):
             continue  # the repository's name, dnf's notes, the legend
         if raw[:1].isspace():
             continue  # a long summary dnf wrapped onto the next line
-        if len(words) < 2 or not NAME.match(words[0]):
+        if len(words) < 2 or not NAME.match(words[0]) or not NAME.match(words[1]):
             raise RpmParseError(f"not a module row: {line[:80]!r}")
         flags, rest = [], words[2:]
         while rest and re.fullmatch(r"\[[a-z]\]", rest[0]):
@@ -249,6 +251,8 @@ def parse_module_list(text: str) -> list[ModuleStream]:
             more = word.endswith(",")
         flagged = ("[e]" in flags, "[d]" in flags)
         rows.append(ModuleStream(words[0], words[1], *flagged, tuple(profiles), tuple(installed)))
+    if not answered:
+        raise RpmParseError("dnf module list printed no table and no answer (cut short?)")
     return rows
 
 
