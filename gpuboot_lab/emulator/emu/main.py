@@ -31,6 +31,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "ib_write_bw": ("ibbw", "main"),
     "nvbandwidth": ("probes", "nvbandwidth"),
     "all_reduce_perf": ("probes", "all_reduce_perf"),
+    "serve": ("serve", "main"),  # the warm emulator the shims hand calls to (emu.client)
 }
 
 
