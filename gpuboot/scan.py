@@ -3,7 +3,13 @@
 The same rules as certify, by default without bandwidth probes (they would compete with
 the jobs a node runs), then per node what changed since its previous scan: rules newly
 failing (drift), failing still, cleared. Every scan appends one line per node to a
-history file (JSON lines). With a kubeconfig, a node that fails is taken out of
+history file (JSON lines), read once per scan (drift, the folded node state, escalation and
+the trend page written next all come from that one read: History). Once the appended
+records outweigh the compacted ones (and 256 KiB), the scan compacts the file: per node one
+record (its last scan and the folded state: rules known failing, faults per boot), the
+trend page's points in about a line a scan over the last year of hourly scans; written to
+a new file (same mode), fsynced and renamed over the old one, so a crash or a full disk
+leaves the old history whole. With a kubeconfig, a node that fails is taken out of
 service through the certify gate (cordoned, tainted uncertified, labelled); a scan never
 puts a node back: only `gpuboot certify` (bandwidth probes, a certificate) does that.
 
@@ -46,6 +52,9 @@ STATE, TREND = "state", "trend"
 TREND_SCANS_KEPT = 8760
 COMPACT_MIN_BYTES = 256 * 1024  # a smaller history is only appended to
 REJECTED_SUFFIX = ".rejected"
+# what drift, escalation and `gpuboot status` read of a node's last scan (its boot id,
+# faults and GPUs live on in the folded state; its figures in the trend's records)
+LAST_KEPT = ("host", "time", "run_id", "verdict", "failing", "new", "escalated")
 
 EXIT_CLEAN = 0
 EXIT_NEW_DRIFT = 1
@@ -124,10 +133,11 @@ class NodeHistory:
         return {"time": self.last["time"], "failing": self.known} if self.last else None
 
     def compacted(self) -> dict[str, Any]:
-        """The one record that stands for every scan of this node: its latest record and
-        the folded state (no other consumer reads the older records of a node)."""
+        """The one record that stands for every scan of this node: what consumers read of
+        its latest record (LAST_KEPT) and the folded state; nothing reads older records."""
         assert self.last is not None
-        return {**self.last, STATE: {**self.faults.to_json(), "known": self.known}}
+        last = {k: v for k, v in self.last.items() if k in LAST_KEPT}
+        return {**last, STATE: {**self.faults.to_json(), "known": self.known}}
 
 
 class _Trend:
@@ -340,10 +350,11 @@ def _compact(history: Path, hist: History, warn: Callable[[str], None]) -> None:
     Ctrl-C) leaves the old file whole and removes the new one. The caller holds the lock."""
     target = Path(os.path.realpath(history))
     st = os.stat(target)
+    data = hist.compacted()
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".compacting", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(hist.compacted())
+            out.write(data)
             out.flush()
             os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
@@ -362,7 +373,7 @@ def _compact(history: Path, hist: History, warn: Callable[[str], None]) -> None:
             f"{history}: warning: {len(hist.rejected)} line(s) no scan can use moved to "
             f"{aside} (history compacted)"
         )
-    hist.rejected, hist.kept, hist.raw = [], hist.kept + hist.raw, 0
+    hist.rejected, hist.kept, hist.raw = [], len(data), 0
 
 
 def compact_history(history: Path, *, warn: Callable[[str], None] = lambda _m: None) -> None:

@@ -18,12 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from gpuboot import certify, escalation, scan
+from gpuboot import certify, escalation, scan, status
 from gpuboot.report import trend
 
 T0 = datetime(2025, 11, 24, tzinfo=UTC)
 GPUS = [f"0000:{b:02x}:00" for b in range(0x18, 0x20)]
 NOW = datetime(2026, 11, 24, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))  # status reads its runs
 
 
 def _stamp(i: int) -> str:
@@ -100,7 +105,7 @@ def decisions(history: Path) -> dict:
     out = {}
     for host, node in sorted(scan.read_history(history).items()):
         keys = [*sorted(node.faults.boots), "xid:79@0000:1f:00"]
-        last_boot = node.last.get("boot_id")
+        last_boot = f"boot-{host[4:]}-{int(node.last['run_id'][1:]) // 100}"  # as _record
         for boot in ("boot-new", last_boot, None):
             for swap in (False, True):
                 parts = {GPUS[0]: "GPU-swapped"} if swap else {}
@@ -110,7 +115,8 @@ def decisions(history: Path) -> dict:
                         seen, node.faults, reboots
                     )
         out[host, "drift"] = node.baseline()
-        out[host, "last"] = node.last
+    # and what `gpuboot status` shows of each node's last scan
+    out["status"] = status.fleet_status(history=history, now=NOW)["nodes"]
     return out
 
 
@@ -178,6 +184,8 @@ def test_escalation_decisions_are_identical_before_and_after_compacting_10000_sc
     # counted beyond the boot ids kept: node0's Xid 79 came back on ~67 boots
     (xid79,) = [e for e in before["node0", "boot-new", False, 20] if "xid:79" in e["fault"]]
     assert xid79["boots"] == 1 + sum(1 for b in range(100) if b % 3 != 1)
+    (same,) = [e for e in before["node0", "boot-0-99", False, 20] if "xid:79" in e["fault"]]
+    assert same["boots"] == xid79["boots"] - 1  # the boot it was last seen in: no reboot
 
 
 def test_the_trend_page_is_the_same_before_and_after_compaction(tmp_path):
