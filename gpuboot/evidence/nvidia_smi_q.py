@@ -123,19 +123,33 @@ class NvidiaSmiQ:
 # ---------------------------------------------------------------- text format
 
 
-@dataclass
 class _Node:
-    key: str
-    value: str | None
-    children: list[_Node] = field(default_factory=list)
+    """One line of the text tree. A node's children are looked up ~50 times per GPU (every
+    field GpuInfo names): by a lower-cased index built on the first lookup, not a scan."""
+
+    __slots__ = ("_index", "children", "key", "value")
+
+    def __init__(self, key: str, value: str | None) -> None:
+        self.key = key
+        self.value = value
+        self.children: list[_Node] = []
+        self._index: dict[str, tuple[int, _Node]] | None = None
+
+    def _child(self, part: str) -> _Node | None:
+        index = self._index
+        if index is None:
+            index = self._index = {}
+            for i, c in enumerate(self.children):
+                index.setdefault(c.key.lower(), (i, c))  # the first child of a name
+        hits = [index[n] for n in part.lower().split("|") if n in index]
+        return min(hits, key=lambda h: h[0])[1] if hits else None  # first in the text
 
     def get(self, *path: str) -> _Node | None:
         node: _Node | None = self
-        for part in path:
+        for part in path:  # alternatives across driver versions: "A|B"
             if node is None:
                 return None
-            names = part.lower().split("|")  # alternatives across driver versions
-            node = next((c for c in node.children if c.key.lower() in names), None)
+            node = node._child(part)
         return node
 
     def val(self, *path: str) -> str | None:
@@ -147,47 +161,62 @@ _KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*?))?\s*$")
 _GPU_HDR = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 
 
-def _tree(text: str) -> tuple[_Node, list[_Node], set[int], bool]:
+def _key_value(stripped: str) -> tuple[str, str | None]:
+    """(key, value) of a stripped line as _KV reads it; value None: no "key : value" line.
+    Most lines split at their first colon, followed by a space or the line's end: that case
+    without the regex (a -q of 8 GPUs is ~1,600 lines, read once per node)."""
+    i = stripped.find(":")
+    if i < 0:
+        return stripped, None
+    if i > 0 and (i + 1 == len(stripped) or stripped[i + 1].isspace()):
+        return stripped[:i].rstrip(), stripped[i + 1 :].strip()
+    kv = _KV.match(stripped)  # a colon inside the key ("a:b : c") or at the start
+    return (kv.group(1), kv.group(2) or "") if kv else (stripped, None)
+
+
+def _tree(text: str) -> tuple[_Node, list[_Node], set[int], bool, list[dict[str, str | None]]]:
+    """The indentation tree, its GPU nodes, which GPU blocks (and whether the header) hold
+    an elision, and each GPU's leaves by path (first value of a path wins), in one pass."""
     root = _Node("", None)
     gpus: list[_Node] = []
+    fields: list[dict[str, str | None]] = []
     elided_gpus: set[int] = set()
     elided_top = False
-    stack: list[tuple[int, _Node]] = [(-1, root)]
+    # (indent, node, path below its GPU or None outside a GPU block)
+    stack: list[tuple[int, _Node, str | None]] = [(-1, root, None)]
+    out: dict[str, str | None] = {}
     for raw in text.expandtabs(8).splitlines():
-        line = raw.rstrip()
-        stripped = line.strip()
+        stripped = raw.strip()
         if not stripped or stripped.startswith("====="):
             continue
-        indent = len(line) - len(line.lstrip())
-        if ELISION.match(stripped):
+        indent = len(raw) - len(raw.lstrip())
+        if stripped[0] == "[" and ELISION.match(stripped):
             if gpus:
                 elided_gpus.add(len(gpus) - 1)
             else:
                 elided_top = True
             continue
-        m = _GPU_HDR.match(stripped)
-        if m and indent == 0:
+        if indent == 0 and stripped.startswith("GPU") and (m := _GPU_HDR.match(stripped)):
             node = _Node("GPU", m.group(1))
             root.children.append(node)
             gpus.append(node)
-            stack = [(-1, root), (0, node)]
+            out = {}
+            fields.append(out)
+            stack = [(-1, root, None), (0, node, "")]
             continue
-        kv = _KV.match(stripped)
-        key, value = (kv.group(1), kv.group(2) or "") if kv else (stripped, None)
+        key, value = _key_value(stripped)
         while stack[-1][0] >= indent:
             stack.pop()
+        parent, prefix = stack[-1][1], stack[-1][2]
         node = _Node(key, value)
-        stack[-1][1].children.append(node)
-        stack.append((indent, node))
-    return root, gpus, elided_gpus, elided_top
-
-
-def _flatten(node: _Node, prefix: str, out: dict[str, str | None]) -> None:
-    for c in node.children:
-        path = f"{prefix}/{c.key}" if prefix else c.key
-        if c.value is not None and path not in out:
-            out[path] = clean(c.value)
-        _flatten(c, path, out)
+        parent.children.append(node)
+        path = None
+        if prefix is not None:
+            path = f"{prefix}/{key}" if prefix else key
+            if value is not None and path not in out:
+                out[path] = clean(value)
+        stack.append((indent, node, path))
+    return root, gpus, elided_gpus, elided_top, fields
 
 
 def _ecc_text(node: _Node | None) -> EccCounts | None:
@@ -261,9 +290,7 @@ def _processes_text(node: _Node | None) -> tuple[GpuProcess, ...]:
     return tuple(procs)
 
 
-def _gpu_from_text(node: _Node, elided: bool) -> GpuInfo:
-    fields: dict[str, str | None] = {}
-    _flatten(node, "", fields)
+def _gpu_from_text(node: _Node, elided: bool, fields: dict[str, str | None]) -> GpuInfo:
     link = node.get("PCI", "GPU Link Info")
     rp, rr = node.get("Retired Pages"), node.get("Remapped Rows")
     retired = None
@@ -337,7 +364,7 @@ def parse_nvidia_smi_q(text: str) -> NvidiaSmiQ:
     require_text(TOOL, text)
     if text.lstrip().startswith("<"):
         return parse_nvidia_smi_q_xml(text)
-    root, gpus, elided_gpus, elided_top = _tree(text)
+    root, gpus, elided_gpus, elided_top, fields = _tree(text)
     if not gpus:
         raise ParseError(
             TOOL, "no 'GPU <bus id>' section found", hint="is this nvidia-smi -q output?"
@@ -347,7 +374,7 @@ def parse_nvidia_smi_q(text: str) -> NvidiaSmiQ:
         cuda_version=root.val("CUDA Version"),
         attached_gpus=to_int(root.val("Attached GPUs")),
         timestamp=root.val("Timestamp"),
-        gpus=tuple(_gpu_from_text(g, i in elided_gpus) for i, g in enumerate(gpus)),
+        gpus=tuple(_gpu_from_text(g, i in elided_gpus, fields[i]) for i, g in enumerate(gpus)),
         elided=bool(elided_gpus) or elided_top,
     )
 
