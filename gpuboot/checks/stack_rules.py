@@ -12,7 +12,10 @@ evidence is comes from the files node_collect gathered for it (rpm_-qa.txt: EL).
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from gpuboot.checks.base import (
     MissingEvidence,
@@ -23,7 +26,7 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
-from gpuboot.collect import Evidence
+from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import ParseError
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (
@@ -82,19 +85,27 @@ def is_el(evidence: Evidence) -> bool:
     return RPM in evidence
 
 
-def installed_packages(evidence: Evidence) -> dict[str, DpkgPackage] | dict[str, RpmPackage]:
-    """The package database as dpkg-query (EL: rpm) lists it. Either lists itself on
-    every system, so an empty list is an unreadable one, not a node without packages."""
-    if is_el(evidence):
-        packages: dict[str, DpkgPackage] | dict[str, RpmPackage] = parse_rpm_query(
-            _read(evidence, RPM)
-        )
-    else:
-        packages = parse_dpkg_query(_read(evidence, DPKG))
+def installed_packages(evidence: Evidence) -> Mapping[str, DpkgPackage] | Mapping[str, RpmPackage]:
+    """The package database as dpkg-query (EL: rpm) lists it, read-only. Either lists
+    itself on every system, so an empty list is an unreadable one, not a node without
+    packages."""
+    name = RPM if is_el(evidence) else DPKG
+    out = probe(evidence, name)
+    if why := tool_failure(name, out):
+        raise ProbeFailed(why, where=name)
+    return _package_db(name, out)
+
+
+# STK-001, STK-002 and FAB-001 read the same list of a node one after another: parse it
+# once per node (a pure function of the output, the result read-only; errors not cached).
+@functools.lru_cache(maxsize=2)
+def _package_db(
+    name: str, out: ProbeOutput
+) -> Mapping[str, DpkgPackage] | Mapping[str, RpmPackage]:
+    packages = parse_rpm_query(out.stdout) if name == RPM else parse_dpkg_query(out.stdout)
     if not packages:
-        name = RPM if is_el(evidence) else DPKG
         raise ProbeFailed(f"{name} listed no package", where=name)
-    return packages
+    return MappingProxyType(packages)
 
 
 def held_names(evidence: Evidence) -> set[str]:
