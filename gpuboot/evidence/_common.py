@@ -8,16 +8,18 @@ import re
 from gpuboot.errors import ParseError
 
 # Values nvidia-smi and friends print when a field has no value on this GPU/driver.
-_NA_WORDS = {
-    "",
-    "n/a",
-    "na",
-    "none available",
-    "not supported",
-    "unknown error",
-    "requested functionality has been deprecated",
-    "insufficient permissions",
-}
+NA_WORDS = frozenset(
+    {
+        "",
+        "n/a",
+        "na",
+        "none available",
+        "not supported",
+        "unknown error",
+        "requested functionality has been deprecated",
+        "insufficient permissions",
+    }
+)
 
 # An author's elision line in a published excerpt ("[...]"). No tool prints one: only a
 # bundle marked as an excerpt (meta.json "excerpt": true) may carry it (checks/base.py).
@@ -45,7 +47,7 @@ def clean(value: str | None) -> str | None:
         return None
     v = value.strip()
     bare = v[1:-1].strip() if v.startswith("[") and v.endswith("]") else v
-    if bare.lower() in _NA_WORDS:
+    if bare.lower() in NA_WORDS:
         return None
     # csv output brackets every non-value: "[N/A]", "[Not Supported]", "[GPU requires reset]".
     if v.startswith("[") and v.endswith("]"):
