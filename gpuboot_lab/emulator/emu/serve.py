@@ -51,6 +51,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: gpuemu serve\n")
         return 2
     os.closerange(3, 1 << 16)  # nothing of the caller's (the probe lock above all)
+    os.chdir("/")  # nor its working directory (the collection script's, removed after)
     lock_path, sock_path = paths.p(LOCK), client.socket_path()
     os.makedirs(os.path.dirname(lock_path), exist_ok=True)
     lock = open(lock_path, "a+")  # noqa: SIM115 - held for the server's life
