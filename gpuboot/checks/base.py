@@ -132,6 +132,35 @@ class Rule:
         )
 
 
+# The parsed evidence of the node being judged, shared by the rules that read the same file
+# (-q by eight rules, the package list by three, ibstat by two...). Keyed by the parser and
+# everything it reads, so a hit is always that parser's answer; errors are not kept (each
+# rule raises its own). Cleared before each node (rules.evaluate): a node is judged on its
+# own work, never on a parse another node's identical file paid for. Bounded for callers
+# that judge rule by rule over many hosts (the pytest-testinfra checks).
+_NODE_MEMO: dict[tuple, Any] = {}
+_NODE_MEMO_MAX = 512
+
+
+def parsed(parser: Callable[..., Any], *args: Any) -> Any:
+    """``parser(*args)``, once per node; the result is shared: read it, never change it."""
+    key = (parser, *args)
+    try:
+        return _NODE_MEMO[key]
+    except KeyError:
+        pass
+    value = parser(*args)
+    if len(_NODE_MEMO) >= _NODE_MEMO_MAX:
+        _NODE_MEMO.clear()
+    _NODE_MEMO[key] = value
+    return value
+
+
+def start_node() -> None:
+    """Forget the previous node's parses (rules.evaluate calls it per node)."""
+    _NODE_MEMO.clear()
+
+
 def probe(evidence: Evidence, name: str) -> ProbeOutput:
     try:
         return evidence[name]

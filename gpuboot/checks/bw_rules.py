@@ -10,7 +10,6 @@ MIG devices, not boards; see gpuboot/probes) makes its rule not applicable, with
 
 from __future__ import annotations
 
-import functools
 import statistics
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from gpuboot.checks.base import (
     Result,
     forms_in,
     not_applicable,
+    parsed,
     probes_matching,
     tool_failure,
 )
@@ -44,10 +44,7 @@ from gpuboot.probes.tcpbw import parse_tcpbw
 
 # Three figures (h2d, d2h, d2d) read each nvbandwidth run of a node: parse each run once,
 # whichever form it was printed in (-j JSON or the plain text tables).
-_NVBW = {
-    "json": functools.lru_cache(maxsize=16)(parse_nvbandwidth_json),
-    "text": functools.lru_cache(maxsize=16)(parse_nvbandwidth_text),
-}
+_NVBW = {"json": parse_nvbandwidth_json, "text": parse_nvbandwidth_text}
 
 
 def _precondition(evidence: Evidence) -> None:
@@ -106,7 +103,7 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         for name, form, out in forms_in(evidence, "nvbandwidth"):
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
-            case = next((t for t in _NVBW[form](out.stdout).tests if t.name == test), None)
+            case = next((t for t in parsed(_NVBW[form], out.stdout).tests if t.name == test), None)
             if case is None:
                 continue
             if case.status != "Passed":

@@ -14,6 +14,7 @@ from gpuboot.checks.base import (
     agree,
     forms_in,
     not_applicable,
+    parsed,
     probe,
     tool_failure,
 )
@@ -71,7 +72,9 @@ def _nvlink(evidence: Evidence, kind: str):
     if not found:
         want = NVLINK_S if kind == "nvlink_s" else NVLINK_E
         raise MissingEvidence(f"probe {want} was not collected", where=want)
-    views = [(n, _NVLINK_PARSERS[(kind, form)](_read(evidence, n))) for n, form, _o in found]
+    views = [
+        (n, parsed(_NVLINK_PARSERS[(kind, form)], _read(evidence, n))) for n, form, _o in found
+    ]
     if len(views) > 1:
         agree(f"NVLink {'state' if kind == 'nvlink_s' else 'error'}", [
             (n, {g.index: _link_view(kind, g) for g in p.gpus}) for n, p in views
@@ -249,7 +252,7 @@ def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
         if why := tool_failure(form, out):
             raise ProbeFailed(why, where=name)
         try:
-            views.append((name, _nic_ports(form, out.stdout)))
+            views.append((name, parsed(_nic_ports, form, out.stdout)))
         except ProbeFailed as exc:
             raise ProbeFailed(exc.message, where=name) from None
     _ports_agree(views)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 from gpuboot.checks.base import (
     PASS,
     SYSTEMD_STATES,
@@ -14,6 +12,7 @@ from gpuboot.checks.base import (
     agree,
     forms_in,
     not_applicable,
+    parsed,
     probe,
     tool_failure,
 )
@@ -64,8 +63,6 @@ def kernel_logs(evidence: Evidence) -> list[tuple[str, str]]:
     return [(name, out.stdout) for name, _form, out in found]
 
 
-# XID-001, XID-002 and PCI-001 read the same logs of a node: parse each text once.
-_parse_log = functools.lru_cache(maxsize=8)(parse_kernel_log)
 _EVENT_KEYS = {
     "xids": lambda x: (x.code, x.pci, x.message),
     "sxids": lambda x: (x.code, x.switch, x.link, x.message, x.source),
@@ -78,7 +75,9 @@ def kernel_events(evidence: Evidence, what: str) -> list:
     different windows (the ring buffer overwrites, journald rate-limits, syslog rotates), so
     one form lacking a line is no contradiction: the fullest form is read, plus any event
     only another form kept (never twice: an SXid's repeat count stays the fullest form's)."""
-    per_form = [list(getattr(_parse_log(text), what)) for _name, text in kernel_logs(evidence)]
+    # XID-001, XID-002 and PCI-001 read the same logs of a node: each parsed once per node
+    logs = [parsed(parse_kernel_log, text) for _name, text in kernel_logs(evidence)]
+    per_form = [list(getattr(log, what)) for log in logs]
     per_form.sort(key=len, reverse=True)
     key = _EVENT_KEYS[what]
     events = per_form[0]

@@ -21,6 +21,7 @@ from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
     ProbeFailed,
+    parsed,
     probes_matching,
     tool_failure,
 )
@@ -49,7 +50,7 @@ def bus_functions(evidence: Evidence, vendor: str) -> dict[str, lspci.PciFunctio
             why = "listed nothing" if not out.stdout.strip() else "cut short (no final newline)"
             raise ProbeFailed(f"{name}: lspci {why}", where=name)
         try:
-            funcs = lspci.parse_lspci(out.stdout)
+            funcs = parsed(lspci.parse_lspci, out.stdout)
         except ParseError as exc:
             raise ProbeFailed(f"{name}: {exc}", where=name) from None
         found = found or {}
@@ -124,7 +125,7 @@ def _nics(evidence: Evidence, ctx: NodeContext) -> list[str]:
         raise MissingEvidence("probe ibstat.txt was not collected", where="ibstat.txt")
     if why := tool_failure("ibstat.txt", out):  # not declared: without OFED it may fail
         raise ProbeFailed(why)
-    stat = parse_ibstat(out.stdout)
+    stat = parsed(parse_ibstat, out.stdout)  # NIC-001 reads it too
     if stat.errors:
         raise ProbeFailed(f"ibstat reported: {stat.errors[0]}", where="ibstat.txt")
     cas = {ca.name: ca for ca in stat.cas}

@@ -30,6 +30,7 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
     Result,
     Rule,
     probe,
+    start_node,
 )
 from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
@@ -402,6 +403,7 @@ RULES_BY_ID = {rule.id: rule for rule in RULES}
 def evaluate(evidence: Evidence, ctx: NodeContext, only: list[str] | None = None) -> list[Finding]:
     """Every rule (or the ids/prefixes in ``only``) on one node; a rule that cannot read its
     evidence gives ERROR."""
+    start_node()
     findings = []
     for rule in RULES:
         if only and not any(rule.id == o or rule.id.startswith(o) for o in only):

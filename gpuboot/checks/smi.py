@@ -3,10 +3,9 @@ the node's own count of its GPUs, against which every per-GPU listing must be co
 
 from __future__ import annotations
 
-import functools
 import re
 
-from gpuboot.checks.base import MissingEvidence, ProbeFailed, agree, forms_in
+from gpuboot.checks.base import MissingEvidence, ProbeFailed, agree, forms_in, parsed
 from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence.nvidia_smi_csv import CsvGpuRow, parse_query_gpu_csv
@@ -51,7 +50,7 @@ def gpu_table(
     A table with fewer GPUs (rows + lost) than ``nvidia-smi -q`` says are attached is cut
     short."""
     name = query_file(evidence)
-    return _gpu_table(evidence[name], _q_text_out(evidence), name, _fields_from(name))
+    return parsed(_gpu_table, evidence[name], _q_text_out(evidence), name, _fields_from(name))
 
 
 def query_file(evidence: Evidence) -> str:
@@ -75,9 +74,8 @@ def _q_text_out(evidence: Evidence) -> ProbeOutput | None:
     return next((o for _n, form, o in forms_in(evidence, "smi_q") if form == "text"), None)
 
 
-# Eight rules read the same table of a node one after another: parse it once per node (a
-# pure function of the two outputs, its result immutable; errors are not cached).
-@functools.lru_cache(maxsize=1)
+# Eight rules read the same table of a node one after another: parsed once per node (a
+# pure function of the two outputs, its result immutable).
 def _gpu_table(out: ProbeOutput, q_out: ProbeOutput | None, name: str, fields):
     failure = smi_failure(out)
     lost, kept = [], []
@@ -135,11 +133,6 @@ def gpu_inventory(evidence: Evidence) -> int | None:
     return max(known) if known else None
 
 
-# Six rules read the same -q output of a node, one after another: parse it once per node
-# (the result is frozen; small caches, so nodes never share a parse).
-_parse_q = functools.lru_cache(maxsize=4)(parse_nvidia_smi_q)
-_parse_q_xml = functools.lru_cache(maxsize=4)(parse_nvidia_smi_q_xml)
-
 # The -q sections a rule reads, by their field paths in the text ("ECC Errors/...") and XML
 # ("ecc_errors/...") forms: a `-q -d ROW_REMAPPER` report holds some sections only.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -190,23 +183,23 @@ def smi_q(evidence: Evidence, need: str | None = None) -> NvidiaSmiQ:
     found = forms_in(evidence, "smi_q")
     if not found:
         raise MissingEvidence(f"probe {Q_FILE} was not collected", where=Q_FILE)
-    parsed = [(name, _one_q(name, form, out)) for name, form, out in found]
+    views = [(name, _one_q(name, form, out)) for name, form, out in found]
     if need is not None:
         prefixes = SECTIONS[need]
-        parsed = [
+        views = [
             (n, q)
-            for n, q in parsed
+            for n, q in views
             if any(k.startswith(prefixes) for g in q.gpus for k in g.fields)
         ]
-        if not parsed:
+        if not views:
             raise MissingEvidence(
                 f"not judged: partial evidence, no nvidia-smi -q form holds the {need} section "
                 f"({', '.join(n for n, _f, _o in found)})",
                 where=found[0][0],
             )
-        if len(parsed) > 1:
-            agree("nvidia-smi -q", [(n, _view(q, need)) for n, q in parsed])
-    return parsed[0][1]
+        if len(views) > 1:
+            agree("nvidia-smi -q", [(n, _view(q, need)) for n, q in views])
+    return views[0][1]
 
 
 def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
@@ -216,17 +209,18 @@ def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
         kept = [ln for ln in lines if not LOST_GPU.match(ln.strip())]
         text, lost = "\n".join(kept), len(lines) - len(kept)
     try:
-        parsed = _parse_q_xml(text) if form == "xml" else _parse_q(text)
+        # six rules read the same -q of a node: parsed once per node
+        q = parsed(parse_nvidia_smi_q_xml if form == "xml" else parse_nvidia_smi_q, text)
     except ParseError as exc:
         why = smi_failure(out) or str(exc)
         if lost and not text.strip():
             why = f"nvidia-smi lost every GPU it names: {why}"
         raise ProbeFailed(why, where=name) from None
-    if not parsed.gpus:
+    if not q.gpus:
         raise ProbeFailed(smi_failure(out) or "nvidia-smi -q listed no GPU", where=name)
-    if not parsed.elided:  # an author's excerpt ("[...]") says itself what it left out
-        _q_complete(parsed, lost)
-    return parsed
+    if not q.elided:  # an author's excerpt ("[...]") says itself what it left out
+        _q_complete(q, lost)
+    return q
 
 
 def lost_gpus(evidence: Evidence) -> dict[str, tuple[str, str, str]]:

@@ -12,7 +12,6 @@ evidence is comes from the files node_collect gathered for it (rpm_-qa.txt: EL).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -23,6 +22,7 @@ from gpuboot.checks.base import (
     ProbeFailed,
     Result,
     not_applicable,
+    parsed,
     probe,
     tool_failure,
 )
@@ -93,12 +93,10 @@ def installed_packages(evidence: Evidence) -> Mapping[str, DpkgPackage] | Mappin
     out = probe(evidence, name)
     if why := tool_failure(name, out):
         raise ProbeFailed(why, where=name)
-    return _package_db(name, out)
+    # STK-001, STK-002 and FAB-001 read the same list: parsed once per node, read-only
+    return parsed(_package_db, name, out)
 
 
-# STK-001, STK-002 and FAB-001 read the same list of a node one after another: parse it
-# once per node (a pure function of the output, the result read-only; errors not cached).
-@functools.lru_cache(maxsize=2)
 def _package_db(
     name: str, out: ProbeOutput
 ) -> Mapping[str, DpkgPackage] | Mapping[str, RpmPackage]:

@@ -43,11 +43,7 @@ class MlnxQos:
         return tuple(p for p, on in sorted(self.pfc_enabled.items()) if on)
 
 
-def _row(line: str, label: str) -> list[int] | None:
-    toks = line.split()
-    if toks and toks[0] == label and all(t.isdigit() for t in toks[1:]):
-        return [int(t) for t in toks[1:]]
-    return None
+_ROWS = ("priority", "enabled", "buffer")  # the PFC table's rows: a label, then numbers
 
 
 def parse_mlnx_qos(text: str) -> MlnxQos:
@@ -64,7 +60,9 @@ def parse_mlnx_qos(text: str) -> MlnxQos:
         line = raw.strip()
         if not line:
             continue
-        if m := _TC.match(line):
+        # each test below looks at a line only when its first characters can match (eight
+        # NICs a node, read on every evaluate)
+        if line[:3].lower() == "tc:" and (m := _TC.match(line)):
             tcs.append(
                 {
                     "tc": int(m.group(1)),
@@ -74,15 +72,20 @@ def parse_mlnx_qos(text: str) -> MlnxQos:
                     "prios": [],
                 }
             )
-        elif line.startswith("priority:") and tcs:
+            continue
+        if line.startswith("priority:") and tcs:
             tcs[-1]["prios"] += [int(t) for t in line.split(":", 1)[1].split() if t.isdigit()]
-        elif (row := _row(line, "priority")) is not None:
+            continue
+        toks = line.split()
+        label = toks[0] if toks[0] in _ROWS and all(t.isdigit() for t in toks[1:]) else None
+        row = [int(t) for t in toks[1:]] if label else []
+        if label == "priority":
             prios = row
-        elif (row := _row(line, "enabled")) is not None and prios is not None:
+        elif label == "enabled" and prios is not None:
             enabled = {p: bool(v) for p, v in zip(prios, row, strict=False)}
-        elif (row := _row(line, "buffer")) is not None and prios is not None:
+        elif label == "buffer" and prios is not None:
             buffers = dict(zip(prios, row, strict=False))
-        elif m := _DSCP.match(line):
+        elif line.startswith("prio:") and (m := _DSCP.match(line)):
             for d in (t for t in m.group(2).split(",") if t.strip()):
                 dscp[int(d)] = int(m.group(1))
         elif line.lower().startswith("receive buffer size"):

@@ -97,12 +97,12 @@ def _split_gpus(
         line = raw.strip()
         if not line:
             continue
-        m = _GPU.match(line)
-        if lost_gpu := _LOST.match(line):
+        # each pattern tried only on a line starting as it does (the link lines are most)
+        if line[0] == "U" and (lost_gpu := _LOST.match(line)):
             lost.append(lost_gpu.group(1))
-        elif m:
+        elif line[0] == "G" and (m := _GPU.match(line)):
             blocks.append((m, []))
-        elif ELISION.match(line):
+        elif line[0] == "[" and ELISION.match(line):
             elided = True
         elif blocks:
             blocks[-1][1].append(line)
