@@ -242,10 +242,17 @@ def _matching(patterns: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, .
     out: list[str] = []
     for pattern in patterns:
         if any(c in pattern for c in "*?["):
-            out += sorted(n for n in names if fnmatch.fnmatchcase(n, pattern) and n not in out)
+            match = _glob(pattern)
+            out += sorted(n for n in names if match(n) and n not in out)
         elif pattern in names and pattern not in out:
             out.append(pattern)
     return tuple(out)
+
+
+@functools.cache
+def _glob(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    """fnmatch.fnmatchcase's test for one pattern, compiled once (no call per name)."""
+    return re.compile(fnmatch.translate(pattern)).match
 
 
 def elided_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections.abc import Iterable
 
 # kind -> ((pattern, form), ...): more specific patterns first.
@@ -67,7 +68,15 @@ FORMS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def form_of(kind: str, name: str) -> str | None:
     """The form of ``kind`` a file name holds, or None."""
-    return next((f for p, f in FORMS[kind] if fnmatch.fnmatchcase(name, p)), None)
+    m = _kind_pattern(kind).match(name)
+    return FORMS[kind][m.lastindex - 1][1] if m and m.lastindex else None
+
+
+@functools.cache
+def _kind_pattern(kind: str) -> re.Pattern[str]:
+    """A kind's patterns as one regex, one group each (fnmatch's translation has none of its
+    own): the first alternative that matches is the first pattern that does, as in FORMS."""
+    return re.compile("|".join(f"({fnmatch.translate(p)})" for p, _f in FORMS[kind]))
 
 
 # Which form a rule reads first where several are held (the fuller one): default, the order
