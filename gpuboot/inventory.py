@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuboot.errors import BadInput, ConfigError
+from gpuboot.yamlsafe import SAFE_LOADER
 
 PROFILE_FIX = "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)"
 # A host names its software either as a whole stack or, for the driver alone, as pins.
@@ -297,10 +298,7 @@ def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _VarsLoader(_LOADER):  # type: ignore[misc, valid-type]
+class _VarsLoader(SAFE_LOADER):  # type: ignore[misc, valid-type]
     """Safe YAML that reads Ansible's own tags (!vault, !unsafe) as plain values."""
 
 
@@ -342,7 +340,7 @@ def _check_yaml_bounds(file: Path, text: str) -> None:
     open_anchors: list[str | None] = []
     starts: list[int] = []  # values counted when each open collection began
     sizes: dict[str, int] = {}  # anchor -> its node's values, once closed
-    for event in yaml.parse(text, Loader=_LOADER):
+    for event in yaml.parse(text, Loader=SAFE_LOADER):
         line = f"{file}:{event.start_mark.line + 1}" if event.start_mark else str(file)
         if isinstance(event, yaml.CollectionStartEvent):
             if len(starts) >= MAX_YAML_DEPTH:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from gpuboot.errors import ConfigError
+from gpuboot.yamlsafe import safe_load
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -229,7 +230,7 @@ def load_profile(name_or_path: str | Path) -> dict[str, Any]:
 def _load_profile(path: Path) -> dict[str, Any]:
     where = str(path.name if path.parent == PROFILE_DIR else path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f" (line {mark.line + 1})" if mark is not None else ""

@@ -21,6 +21,7 @@ from gpuboot.components import OS_FAMILIES
 from gpuboot.components import components as component_table
 from gpuboot.errors import ConfigError
 from gpuboot.stacks.versions import PACKAGE_VERSION_RE, UPSTREAM_RE, upstream_of
+from gpuboot.yamlsafe import safe_load
 
 SCHEMA = 1
 FLAVORS = ("open", "proprietary")
@@ -450,7 +451,7 @@ def read_stack_file(path: Path, label: str) -> Stack:
         )
         raise StackFaults(label, [fault], None) from exc
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
