@@ -260,7 +260,7 @@ def elided_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
     on a node it is an answer trying to pass as an excerpt (whose parsers treat what is
     left out as unknown, not bad). Only a bundle marked as an excerpt may carry it."""
     for name, out in _declared(evidence, patterns):
-        if has_elision(out.stdout):
+        if parsed(has_elision, out.stdout):  # each rule asks of its files: once a node
             return f"{name}: holds an elision line '[...]' that no tool prints (not an excerpt)"
     return None
 

@@ -190,7 +190,7 @@ class _Port:
 
 def _nic_ports(form: str, text: str) -> tuple[_Port, ...]:
     if form == "ibstat":
-        stat = parse_ibstat(text)
+        stat = parsed(parse_ibstat, text)  # PCI-002 reads it too
         if stat.errors:
             raise ProbeFailed(f"ibstat reported: {stat.errors[0]}")
         return tuple(

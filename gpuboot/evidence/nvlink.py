@@ -159,8 +159,8 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
             if not cm:
                 messages.append(line)
                 continue
-            value = cm.group(3)
-            counters.setdefault(int(cm.group(1)), {})[snake(cm.group(2))] = (
+            link, counter, value = cm.groups()
+            counters.setdefault(int(link), {})[snake(counter)] = (
                 int(value) if value.isdigit() else None
             )
         gpus.append(
