@@ -135,6 +135,8 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
             # Where gpuboot does not manage the kernel (the lab's is the host's), its
             # packages are not part of the plan.
             skip = set()
+            # EL8/EL9: the driver's module stream is part of the plan (Debian has none)
+            stream = [stream_item(stack, listing, unread)] if streams else []
             if hostvars.get("gpuboot_baseline_manage_kernel") is False:
                 skip = {p.name for p in stack.kernel_pins(family).packages}
             items = [
@@ -147,8 +149,8 @@ def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
                     "restarts": list(i.restarts),
                     "replaces": i.replaces,
                 }
-                for i in [*compare(installed, stack, family), stream_item(stack, listing, unread)]
-                if i is not None and i.package not in skip
+                for i in [*compare(installed, stack, family), *stream]
+                if i.package not in skip
             ]
         else:
             items = _driver_only_plan(hostvars, installed)

@@ -21,6 +21,7 @@ NO_PROFILE = DNF / "dnf_module_list_--enabled.dnf4.14-installroot.txt"
 NONE_ENABLED = DNF / "dnf_module_list_nvidia-driver.no-repo.txt"
 RHEL8_LATEST = DNF / "dnf_module_list_nvidia-driver.rhel8-latest-enabled.txt"
 RPMS = CAPTURES / "rpm" / "rpm_-qa_--qf.rpm4.18-installroot.txt"
+DPKG = CAPTURES / "dpkg" / "dpkg-query_-W.converged.txt"
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,8 @@ def _fake_node(tmp_path: Path, rpm_rc: int, dnf: str) -> dict[str, str]:
     bin_dir.mkdir()
     (bin_dir / "rpm").write_text(f"#!/bin/sh\ncat {RPMS}\nexit {rpm_rc}\n")
     (bin_dir / "dnf").write_text(f"#!/bin/sh\n{dnf}\n")
-    for tool in ("rpm", "dnf"):
+    (bin_dir / "dpkg-query").write_text(f"#!/bin/sh\ncat {DPKG}\n")
+    for tool in ("rpm", "dnf", "dpkg-query"):
         (bin_dir / tool).chmod(0o755)
     return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
 
@@ -78,12 +80,12 @@ class ShellHost:
         return CommandResult(LocalBackend(), proc.returncode, command, proc.stdout, proc.stderr)
 
 
-def _plan(tmp_path, monkeypatch, rpm_rc: int, dnf: str) -> dict:
+def _plan(tmp_path, monkeypatch, rpm_rc: int, dnf: str, family: str = "redhat") -> dict:
     import testinfra
 
     inv = tmp_path / "inv.yml"
     inv.write_text(
-        "all:\n  vars: {gpuboot_stack: prod-570-cuda12.8, gpuboot_os_family: redhat,\n"
+        f"all:\n  vars: {{gpuboot_stack: prod-570-cuda12.8, gpuboot_os_family: {family},\n"
         "    gpuboot_profile: hgx-h100-sxm-8gpu}\n"
         "  hosts:\n    el1: {ansible_host: 192.0.2.1}\n"
     )
@@ -118,3 +120,9 @@ def test_dnf_without_a_cache_leaves_the_packages_planned_and_the_stream_unknown(
 def test_rpm_failing_is_the_nodes_error_even_when_dnf_answers(tmp_path, monkeypatch):
     node = _plan(tmp_path, monkeypatch, 1, f"cat {FM_INSTALLED}")
     assert node["error"].startswith("cannot read installed packages"), node
+
+
+def test_a_debian_node_has_no_stream_in_its_plan(tmp_path, monkeypatch):
+    node = _plan(tmp_path, monkeypatch, 0, "echo dnf must not run >&2; exit 9", "debian")
+    assert "error" not in node and node["items"], node
+    assert not [i for i in node["items"] if i["package"].startswith("module ")]
