@@ -18,6 +18,7 @@ import yaml
 
 from gpuboot import paths
 from gpuboot.errors import ConfigError
+from gpuboot.yamlsafe import safe_load
 
 TABLE = Path(__file__).resolve().parent / "components.yaml"
 OS_FAMILIES = ("debian", "redhat")  # as gpuboot.stacks.model (which imports this module)
@@ -241,7 +242,7 @@ def _undo(
 def _read(path: Path) -> dict[str, Any]:
     label = path.name
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the component table: {exc.strerror}", where=label) from exc
     except yaml.YAMLError as exc:
