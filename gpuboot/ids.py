@@ -71,8 +71,8 @@ OUTSIDE_CERTIFY: dict[str, str] = {
     "PRB-010": "probe tools: they make the bandwidth rules measurable (missing is ERROR), "
     "never a bandwidth within band",
     "K8S-003": "the kubelet's registration taint: the Kubernetes join gate lifts it, no rule",
-    "DCGM-020": "the DCGM host engine: it makes DCG-001 (judged only) runnable (down is ERROR)",
-    "DCGM-021": "the host engine restarted after an NSCQ change (see DCGM-020)",
+    "DCGM-020": "the DCGM host engine (restarted after an NSCQ change): it makes DCG-001 "
+    "(judged only) runnable (down is ERROR)",
 }
 
 

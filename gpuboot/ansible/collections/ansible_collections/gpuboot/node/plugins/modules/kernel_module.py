@@ -15,7 +15,10 @@ description:
     cannot be swapped under running GPUs or RDMA traffic, so it reports C(reboot_needed)
     and writes I(reboot_marker) for the reboot step.
   - A module built for a driver that changes only at the next boot (I(requires) loaded at
-    another version than installed) is not loaded now either: a reboot is needed.
+    another version than installed) is not loaded now either; a reboot is needed.
+  - With I(at_boot) it also lists itself in C(<modules_load_d>/gpuboot-<name>.conf) (C(_) as
+    C(-)), whatever happens now, so systemd-modules-load loads it at every boot, the next
+    one included. Check mode writes nothing; C(changed) and the diff show the file.
 options:
   name:
     description: The kernel module.
@@ -44,6 +47,18 @@ options:
   reboot_marker:
     description: File written when a reboot is needed (C(<name> <loaded> loaded, <ver> installed)).
     type: path
+  at_boot:
+    description: Keep the module loaded at every boot (its modules-load.d file, mode 0644).
+    type: bool
+    default: false
+  modules_load_d:
+    description: The directory systemd-modules-load reads.
+    type: path
+    default: /etc/modules-load.d
+  owner:
+    description: Who manages the boot file, named in its comment (e.g. C(role nvidia_gds)).
+    type: str
+    default: gpuboot
 author: gpuboot
 """
 
@@ -60,9 +75,15 @@ reboot_needed:
   description: Only a reboot brings the installed version up.
   type: bool
   returned: always
+action:
+  description: What ran now ('', C(load) or C(reload)).
+  type: str
+  returned: always
 """
 
 import os
+import stat
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -107,17 +128,33 @@ def decide(p, installed, loaded, requires_pending):
     return ("reload", False) if p["reload"] and not requires_pending else ("", False)
 
 
-def write_marker(module, path, text):
+def read_file(path):
+    """(text, mode): ('', None) when there is no such file."""
     try:
         with open(path, encoding="utf-8") as fh:
-            if fh.read() == text:
-                return False
+            return fh.read(), stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
     except FileNotFoundError:
-        pass
+        return "", None
+
+
+def write_file(module, path, text, before=None):
+    """Make ``path`` hold ``text`` at mode 0644 (whole or not at all); True if it changes."""
+    old, mode = read_file(path) if before is None else before
+    if old == text and mode == 0o644:
+        return False
     if not module.check_mode:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(path, 0o644)
+        directory = os.path.dirname(path) or "."
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".gpuboot-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
     return True
 
 
@@ -135,6 +172,9 @@ def main():
             "reload": {"type": "bool", "default": False},
             "requires": {"type": "str"},
             "reboot_marker": {"type": "path"},
+            "at_boot": {"type": "bool", "default": False},
+            "modules_load_d": {"type": "path", "default": "/etc/modules-load.d"},
+            "owner": {"type": "str", "default": "gpuboot"},
         },
         supports_check_mode=True,
     )
@@ -149,17 +189,40 @@ def main():
         pending = bool(req_loaded) and kmods.installed(p["requires"]) != req_loaded
     action, reboot = decide(p, installed, loaded, pending)
     changed = bool(action)
+    result = {}
+    if p["at_boot"]:  # first: a load that fails still leaves the boot listing right
+        path = os.path.join(p["modules_load_d"], f"gpuboot-{name.replace('_', '-')}.conf")
+        text = f"# Managed by gpuboot ({p['owner']}).\n{name}\n"
+        before = read_file(path)
+        if write_file(module, path, text, before):
+            changed = True
+            if module._diff:
+                result["diff"] = [{"before_header": path, "before": before[0], "after": text}]
     if action and not module.check_mode:
         if action == "reload":
             kmods.modprobe("-r", name)
         kmods.modprobe(name)
         if kmods.loaded(name) not in ("", installed):  # modprobe found another build
             reboot = True
+    if result and (action or reboot):  # the file's diff hides the module's line: show both
+        now = f"{installed} after a reboot" if reboot else f"{installed} loaded"
+        result["diff"].append(
+            {
+                "before_header": f"kernel module {name}",
+                "before": f"{loaded or 'not'} loaded\n",
+                "after": f"{now}\n",
+            }
+        )
     if reboot and p["reboot_marker"]:
         text = f"{name} {loaded or 'not'} loaded, {installed} installed\n"
-        changed = write_marker(module, p["reboot_marker"], text) or changed
+        changed = write_file(module, p["reboot_marker"], text) or changed
     module.exit_json(
-        changed=changed, installed=installed, loaded=loaded, reboot_needed=reboot, action=action
+        changed=changed,
+        installed=installed,
+        loaded=loaded,
+        reboot_needed=reboot,
+        action=action,
+        **result,
     )
 
 
