@@ -16,7 +16,7 @@ DRV = "DRV-010 | PATCH | Install, pin and hold the driver at exactly 550.54.15-1
 NOUVEAU = "BASE-010 | PATCH | Blacklist the nouveau driver"
 QOS = "QOS-011 | PATCH | Set trust and PFC on priorities 3"
 MIG = "MIG-010 | PATCH | Apply the MIG layout"
-AUDIT = "QOS-010 | AUDIT | Read every rail's QoS state"
+AUDIT = "QOS-013 | PATCH | Enable the boot unit"  # ran, changed nothing
 RAILS = ("enp26s0np0", "enp60s0np0")
 UNIT = "".join(f"line {i}\n" for i in range(40))  # a long new file
 

@@ -229,8 +229,7 @@ def _listed(tags: str, tmp: Path) -> list[tuple[str, set[str]]]:
     return out
 
 
-# (rule, a task Ansible lists under --tags rule). roce_qos's tasks come through a dynamic
-# include, which --list-tasks does not open: its wrapper (always) is what shows.
+# (rule, a task Ansible lists under --tags rule).
 @pytest.mark.parametrize(
     ("rule", "runs"),
     [
@@ -239,7 +238,11 @@ def _listed(tags: str, tmp: Path) -> list[tuple[str, set[str]]]:
             "BASE-001 | PATCH | Install, pin and hold the kernel at exactly "
             "{{ gpuboot_baseline_kernel_release }}",
         ),
-        ("NIC-002", "QOS-001 | PATCH | Configure RoCE QoS"),
+        (
+            "NIC-002",
+            "QOS-011 | PATCH | Set trust, PFC and ECN of every RoCE rail on priorities "
+            "{{ roce_qos_pfc_priorities | join(',') }}",
+        ),
     ],
 )
 def test_ansible_runs_the_remediation_and_nothing_else(rule, runs, tmp_path):

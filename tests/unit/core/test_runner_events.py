@@ -78,13 +78,13 @@ def test_check_mode_counts_a_patch_command_it_did_not_run_as_a_change():
     would_run = {"changed": False, "msg": "Command would have run if not in check mode"}
     by_when = {"changed": False, "skip_reason": "Conditional result was False"}
     folder = EventFolder()
-    ecn = "QOS-014 | PATCH | Enable ECN (DCQCN) on priorities 3"  # a loop, one item per rail
+    ecn = "QOS-011 | PATCH | Enable ECN (DCQCN) on priorities 3"  # a loop, one item per rail
     for res in (by_when, would_run):
         folder({**_skipped(ecn, res), "event": "runner_item_on_skipped"})
     folder(_skipped(ecn, {}))  # the loop's own skip event carries no result
-    folder(_skipped("QOS-011 | PATCH | Set trust and PFC on priorities 3", by_when))
+    folder(_skipped("QOS-012 | PATCH | Re-apply the QoS at every boot", by_when))
     folder(_skipped("X-001 | AUDIT | Read something", would_run))  # no change: an audit
     folder({"event": "playbook_on_stats", "event_data": {"changed": {}, "skipped": {"n1": 3}}})
     result = folder.hosts["n1"]
-    assert result.changes == ["QOS-014 | PATCH | Enable ECN (DCQCN) on priorities 3"]
+    assert result.changes == ["QOS-011 | PATCH | Enable ECN (DCQCN) on priorities 3"]
     assert (result.changed, result.skipped, result.status) == (1, 2, "changed")
