@@ -235,8 +235,8 @@ def _listed(tags: str, tmp: Path) -> list[tuple[str, set[str]]]:
     [
         (
             "STK-002",
-            "BASE-001 | PATCH | Install, pin and hold the kernel at exactly "
-            "{{ gpuboot_baseline_kernel_release }}",
+            "DRV-010 | PATCH | Install, pin and hold the driver at exactly "
+            "{{ nvidia_driver_version }}",
         ),
         (
             "NIC-002",
