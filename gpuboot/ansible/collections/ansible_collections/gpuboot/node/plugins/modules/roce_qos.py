@@ -19,7 +19,9 @@ description:
     row (cut short), fails the task: unreadable is never taken as already right.
   - In check mode it changes nothing and reports what would change (C(--diff) shows each
     rail's before and after). A node without mlnx_qos yet (DOCA-OFED installs it earlier in
-    the same run) has every rail reported as would change, not a failure.
+    the same run) has every rail reported as would change, not a failure; so has a rail
+    whose mlnx_qos fails (openibd, started earlier in the real run, brings it up), with a
+    warning that names it.
 options:
   interfaces:
     description: Network devices of the RoCE rails.
@@ -51,7 +53,7 @@ author: gpuboot
 RETURN = r"""
 rails:
   description: Per rail, its state as read before any change (C(trust), C(pfc_priorities)
-    and C(ecn) switch -> on; null where mlnx_qos is not installed yet, check mode), whether
+    and C(ecn) switch -> on; null where check mode could not read it yet), whether
     trust and PFC were (would be) set (C(set_qos)) and the ECN switches turned on
     (C(enable_ecn)).
   type: dict
@@ -97,20 +99,26 @@ class Rails:
         return os.path.join(self.sysfs, "class", "net", dev, "ecn", switch)
 
     def read(self, dev, ecn_switches):
-        """{trust, pfc_priorities, ecn}; None values where there is no mlnx_qos yet."""
-        state = {"trust": None, "pfc_priorities": None, "ecn": {}}
-        if self.mlnx_qos:
-            rc, out, err = self.module.run_command([self.mlnx_qos, "-i", dev])
-            if rc != 0:
-                self.fail(dev, f"mlnx_qos -i {dev} exited {rc}: {(err or out).strip()[:300]}")
-            try:
-                qos = parse_mlnx_qos(out)
-            except MlnxQosParseError as exc:
-                self.fail(dev, f"mlnx_qos -i {dev} printed no QoS listing ({exc})")
-            why = unreadable(qos)
-            if why:
-                self.fail(dev, f"mlnx_qos -i {dev} output is cut short or unreadable: {why}")
-            state["trust"], state["pfc_priorities"] = qos.trust_state, list(qos.pfc_priorities)
+        """{trust, pfc_priorities, ecn}; None values where --check cannot read the rail yet."""
+        state = {"trust": None, "pfc_priorities": None, "ecn": dict.fromkeys(ecn_switches)}
+        if not self.mlnx_qos:
+            return state  # no OFED yet (--check): nor its driver's switches
+        rc, out, err = self.module.run_command([self.mlnx_qos, "-i", dev])
+        if rc != 0:
+            why = f"mlnx_qos -i {dev} exited {rc}: {(err or out).strip()[:300]}"
+            if not self.module.check_mode:
+                self.fail(dev, why)
+            # --check: the real run starts openibd (which brings the rails up) before this
+            self.module.warn(f"RoCE rail {dev}: {why}; in --check taken as would change")
+            return state
+        try:
+            qos = parse_mlnx_qos(out)
+        except MlnxQosParseError as exc:
+            self.fail(dev, f"mlnx_qos -i {dev} printed no QoS listing ({exc})")
+        why = unreadable(qos)
+        if why:
+            self.fail(dev, f"mlnx_qos -i {dev} output is cut short or unreadable: {why}")
+        state["trust"], state["pfc_priorities"] = qos.trust_state, list(qos.pfc_priorities)
         for switch in ecn_switches:
             state["ecn"][switch] = self.ecn_on(dev, switch)
         return state
@@ -121,8 +129,6 @@ class Rails:
             with open(path, encoding="utf-8") as fh:
                 value = fh.read().strip()
         except OSError as exc:
-            if not self.mlnx_qos:
-                return None  # no OFED yet (check mode): nor its driver's switches
             self.fail(dev, f"cannot read the ECN switch {path}: {exc.strerror}")
         if value not in ("0", "1"):
             self.fail(dev, f"ECN switch {path} reads {value[:40]!r}, not 0 or 1")
