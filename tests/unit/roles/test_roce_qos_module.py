@@ -218,7 +218,7 @@ def test_a_rail_whose_mlnx_qos_fails_fails_the_task_by_name_and_nothing_is_set(n
 
 
 def test_check_mode_takes_a_failing_rail_as_would_change_and_warns_by_name(node):
-    # As QOS-010 did: in --check the rails may not be up yet (the real run starts openibd
+    # As the old shell read did: in --check the rails may not be up yet (the real run starts openibd
     # first). Would change, never "already right", and the operator is told which rail.
     n = node({"enp26s0np0": right(), "enp60s0np0": right(fail=True), "enp77s0np0": right()})
     res = n.run(check=True)
