@@ -72,7 +72,8 @@ def test_converge_then_nothing_changes(lab):
     first = install(lab)
     assert first["status"] == "changed"
     second = install(lab, "--full")  # every role runs again: the roles are idempotent
-    assert second["changed"] == 0 and second["ok"] > 40, second
+    # every role ran (the fast path of an unchanged node stops at about 4 results)
+    assert second["changed"] == 0 and second["ok"] > 20, second
     assert plan_changes(lab) == {}
     assert reboot_markers(lab) == []  # a fresh node loads everything at once
 

@@ -17,14 +17,14 @@ description:
     change), and holds every pinned package.
   - In check mode nothing runs on the node but that one query; C(changed) and the diff
     say what a real run would do.
-  - The package manager is a backend class. C(apt) as above. C(dnf) (RHEL/Rocky/Alma):
+  - The package manager is a backend class. C(apt) as above. C(dnf) (RHEL/Rocky/Alma) -
     one call reads C(rpm -qa), C(dnf versionlock list) and (with I(module_stream)) the
     module's enabled stream; the stream is switched (C(dnf module reset) + C(enable)), the
     versionlock entries of what changes are dropped, the pins installed exactly
     (C(dnf install name-[epoch:]version-release) downgrades too) and every pin locked
-    (C(dnf versionlock add)): versionlock is EL's hold and pin in one. With
+    (C(dnf versionlock add)); versionlock is EL's hold and pin in one. With
     I(module_profile) the stream's profile is then installed (C(dnf module install
-    name:stream/profile), NVIDIA's C(fm) on NVSwitch systems): every package the profile
+    name:stream/profile), NVIDIA's C(fm) on NVSwitch systems); every package the profile
     names must be pinned here, so the locks keep it at the pin and the profile adds nothing
     unpinned.
   - Installonly packages (the kernel's) keep every installed version; a pin of one is
@@ -73,7 +73,7 @@ options:
     default: []
   hold_installed:
     description:
-      - Names held when installed, never installed: the metas that would pull a newer
+      - Names held when installed, never installed; the metas that would pull a newer
         release (C(linux-image-generic)).
     type: list
     elements: str

@@ -16,7 +16,7 @@ description:
     (C(mlnx_qos -i <dev> --trust <trust> --pfc <8 flags>)), and writes 1 to each ECN switch
     of the PFC priorities that is off.
   - A rail whose mlnx_qos fails, or whose output lacks the trust line or part of the PFC
-    row (cut short), fails the task: unreadable is never taken as already right.
+    row (cut short), fails the task; unreadable is never taken as already right.
   - In check mode it changes nothing and reports what would change (C(--diff) shows each
     rail's before and after). A node without mlnx_qos yet (DOCA-OFED installs it earlier in
     the same run) has every rail reported as would change, not a failure; so has a rail

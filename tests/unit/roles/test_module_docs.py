@@ -1,0 +1,74 @@
+"""Every module of the gpuboot.node collection documents itself as Ansible reads it:
+`ansible-doc` parses its DOCUMENTATION (a prose line with ": " in it is a YAML mapping and
+breaks the whole page), and the options it documents are the ones the module accepts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gpuboot import paths
+
+MODULES_DIR = (
+    paths.COLLECTIONS_DIR / "ansible_collections" / "gpuboot" / "node" / "plugins" / "modules"
+)
+MODULES = sorted(p.stem for p in MODULES_DIR.glob("*.py") if p.stem != "__init__")
+
+
+def _accepted(module: str, required: dict, tmp_path) -> set[str]:
+    """The module's own argument spec: AnsibleModule lists it when given an unknown option
+    (after the required ones, which it checks first)."""
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**required, "no_such_option_": 1}}))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            f"ansible_collections.gpuboot.node.plugins.modules.{module}",
+            str(args),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(paths.COLLECTIONS_DIR)},
+        timeout=60,
+    )
+    msg = json.loads(proc.stdout)["msg"]
+    found = re.search(r"Supported parameters include: (.*)\.?$", msg)
+    assert found, msg
+    return {name.strip(" .") for name in found.group(1).split(",")}
+
+
+def test_the_collection_has_modules():
+    assert {"pinned_packages", "kernel_module", "roce_qos"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_ansible_doc_reads_the_module_and_its_options_are_the_accepted_ones(module, tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ansible.cli.doc",
+            "-t",
+            "module",
+            "--json",
+            f"gpuboot.node.{module}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(paths.COLLECTIONS_DIR)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)[f"gpuboot.node.{module}"]["doc"]
+    required = {
+        name: ["x"] if opt.get("type") == "list" else "x"
+        for name, opt in doc["options"].items()
+        if opt.get("required")
+    }
+    assert set(doc["options"]) == _accepted(module, required, tmp_path)
