@@ -19,6 +19,9 @@ description:
   - With I(at_boot) it also lists itself in C(<modules_load_d>/gpuboot-<name>.conf) (C(_) as
     C(-)), whatever happens now, so systemd-modules-load loads it at every boot, the next
     one included. Check mode writes nothing; C(changed) and the diff show the file.
+  - With I(restart_unit) a module that only a reboot could swap gets one restart of that
+    unit first (DOCA's openibd reloads the whole RDMA stack); a reboot is needed (and the
+    marker written) only when the installed version is still not the loaded one after it.
 options:
   name:
     description: The kernel module.
@@ -59,6 +62,9 @@ options:
     description: Who manages the boot file, named in its comment (e.g. C(role nvidia_gds)).
     type: str
     default: gpuboot
+  restart_unit:
+    description: A systemd unit whose restart loads the installed version (e.g. C(openibd)).
+    type: str
 author: gpuboot
 """
 
@@ -76,7 +82,7 @@ reboot_needed:
   type: bool
   returned: always
 action:
-  description: What ran now ('', C(load) or C(reload)).
+  description: What ran now ('', C(load), C(reload) or C(restart)).
   type: str
   returned: always
 """
@@ -175,6 +181,7 @@ def main():
             "at_boot": {"type": "bool", "default": False},
             "modules_load_d": {"type": "path", "default": "/etc/modules-load.d"},
             "owner": {"type": "str", "default": "gpuboot"},
+            "restart_unit": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -198,7 +205,15 @@ def main():
             changed = True
             if module._diff:
                 result["diff"] = [{"before_header": path, "before": before[0], "after": text}]
-    if action and not module.check_mode:
+    if reboot and installed and p["restart_unit"]:
+        action, changed = "restart", True
+        if not module.check_mode:  # --check: the mismatch stands, as the restart would find it
+            argv = ["systemctl", "restart", p["restart_unit"]]
+            rc, out, err = module.run_command(argv)
+            if rc != 0:
+                module.fail_json(msg=f"{' '.join(argv)} exited {rc}: {(err or out).strip()}")
+            reboot = kmods.loaded(name) != installed
+    elif action and not module.check_mode:
         if action == "reload":
             kmods.modprobe("-r", name)
         kmods.modprobe(name)
