@@ -168,6 +168,23 @@ def test_a_drifted_node_is_repaired_then_skipped_again(lab):
     assert install(lab, "--full")["changed"] == 0
 
 
+def test_a_loaded_nouveau_is_recorded_for_the_reboot_once(lab):
+    # The lab kernel's view: nouveau loaded (an initramfs older than the blacklist loads it).
+    loaded = "/run/gpuemu/sys/module/nouveau"
+    marker = "/run/reboot-required.gpuboot-nouveau"
+    ssh_ok(lab, f"mkdir {loaded}")
+    try:
+        checked = install(lab, "--check", "--tags", "BASE-014")
+        assert [c[:8] for c in checked["changes"]] == ["BASE-014"], checked
+        assert reboot_markers(lab) == []  # --check wrote nothing
+        assert [c[:8] for c in install(lab, "--tags", "BASE-014")["changes"]] == ["BASE-014"]
+        assert ssh_ok(lab, f"cat {marker}") == "nouveau loaded, blacklisted\n"
+        assert install(lab, "--tags", "BASE-014")["changed"] == 0  # recorded once
+    finally:
+        ssh_ok(lab, f"rmdir {loaded}; rm -f {marker}")
+    assert install(lab, "--tags", "BASE-014")["changed"] == 0  # not loaded: nothing to record
+
+
 def test_every_pinned_package_is_held_and_pinned(lab):
     holds = set(ssh_ok(lab, "apt-mark showhold").split())
     assert holds == pinned(LTS)

@@ -1,6 +1,6 @@
 """kernel_module's restart_unit: a module that only a reboot could swap gets one restart of
-the unit that reloads it (doca_ofed's openibd: what OFED-016 and OFED-017 did as tasks of
-their own), and a reboot is recorded only when the restart did not bring the installed
+the unit that reloads it (doca_ofed's openibd: a restart task and a reboot-record task of
+their own before), and a reboot is recorded only when the restart did not bring the installed
 version up. Run for real against the fakes of test_pinned_packages_module and a fake
 systemctl whose restart loads what the node's state says."""
 
