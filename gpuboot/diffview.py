@@ -85,8 +85,8 @@ def describe(task: str, data: dict[str, Any], res: dict[str, Any], loop: list) -
     role = data.get("role") or ""
     if action.endswith("pinned_packages"):
         return Change(task, "packages", _packages(res))
-    if role == "roce_qos" and (loop or "cmd" in res):
-        return Change(task, "qos", tuple(_command(r) for r in (loop or [res])))
+    if action.endswith("roce_qos"):
+        return Change(task, "qos", _rails(res))
     if role == "nvidia_mig" and "stdout_lines" in res:
         return Change(task, "mig", tuple(res["stdout_lines"]) or ("layout changes",))
     diffs = [d for r in (loop or [res]) for d in _diff_list(r)]
@@ -195,11 +195,36 @@ def _module(res: dict[str, Any]) -> str:
     return f"{name}: changes"
 
 
+def _rails(res: dict[str, Any]) -> tuple[str, ...]:
+    """roce_qos' rails that change, one line each, as read -> as wanted."""
+    args = (res.get("invocation") or {}).get("module_args") or {}
+    lines = []
+    for dev, rail in sorted((res.get("rails") or {}).items()):
+        parts = []
+        if rail.get("set_qos"):
+            had = rail.get("pfc_priorities")
+            parts.append(f"trust {rail.get('trust') or 'unknown'} -> {args.get('trust', '?')}")
+            parts.append(
+                f"PFC priorities {_priorities(had)} -> {_priorities(args.get('pfc_priorities'))}"
+            )
+        if rail.get("enable_ecn"):
+            parts.append("ECN on: " + ", ".join(rail["enable_ecn"]))
+        if parts:
+            lines.append(_fit(f"{dev}: " + "; ".join(parts)))
+    return tuple(lines) or ("QoS changes",)
+
+
+def _priorities(found: Any) -> str:
+    if found is None:
+        return "unknown"
+    return ",".join(map(str, found)) or "none"
+
+
 def _command(res: dict[str, Any]) -> str:
     cmd = res.get("cmd")
     text = " ".join(cmd) if isinstance(cmd, list) else str(cmd or "")
     text = " ".join(text.split())  # a shell loop on one line
-    label = res.get("_ansible_item_label")  # a loop's item: the rail, for QoS
+    label = res.get("_ansible_item_label")  # a loop's item
     return _fit(f"{label}: {text}" if label else text)
 
 

@@ -14,10 +14,12 @@ from gpuboot.runner import WOULD_RUN, EventFolder, PlayResult
 
 DRV = "DRV-010 | PATCH | Install, pin and hold the driver at exactly 550.54.15-1"
 NOUVEAU = "BASE-010 | PATCH | Blacklist the nouveau driver"
-QOS = "QOS-011 | PATCH | Set trust and PFC on priorities 3"
+QOS = "QOS-011 | PATCH | Set trust, PFC and ECN of every RoCE rail on priorities 3"
 MIG = "MIG-010 | PATCH | Apply the MIG layout"
 AUDIT = "QOS-013 | PATCH | Enable the boot unit"  # ran, changed nothing
 RAILS = ("enp26s0np0", "enp60s0np0")
+TIMERS_OFF = "BASE-022 | PATCH | Keep dnf-automatic off"
+TIMERS = ("dnf-automatic.timer", "dnf-automatic-install.timer")
 UNIT = "".join(f"line {i}\n" for i in range(40))  # a long new file
 
 
@@ -72,21 +74,37 @@ def host_events(host: str, current: str = "(not installed)", mig: bool = True) -
         ev("runner_on_ok", AUDIT, {"changed": False}, role="roce_qos"),
         ev("runner_on_skipped", "DRV-016 | PATCH | Run the persistence daemon"),  # by `when`
     ]
-    for rail in RAILS:  # a loop of commands check mode did not run: one change
+    for timer in TIMERS:  # a loop of commands check mode did not run: one change
         out.append(
             ev(
                 "runner_item_on_skipped",
-                QOS,
+                TIMERS_OFF,
                 {
                     "changed": False,
                     "msg": WOULD_RUN,
-                    "cmd": ["mlnx_qos", "-i", rail, "--trust", "dscp"],
-                    "_ansible_item_label": rail,
+                    "cmd": ["systemctl", "disable", "--now", timer],
+                    "_ansible_item_label": timer,
                 },
-                role="roce_qos",
             )
         )
-    out.append(ev("runner_on_skipped", QOS, role="roce_qos"))
+    out.append(ev("runner_on_skipped", TIMERS_OFF))
+    # gpuboot.node.roce_qos in --check: every rail read, what it would set (its real shape)
+    rail = {"trust": "pcp", "pfc_priorities": [], "set_qos": True}
+    rails = {
+        RAILS[0]: {**rail, "enable_ecn": ["roce_np/enable/3", "roce_rp/enable/3"]},
+        RAILS[1]: {**rail, "enable_ecn": []},
+        "enp90s0np0": {"trust": "dscp", "pfc_priorities": [3], "set_qos": False, "enable_ecn": []},
+    }
+    args = {"interfaces": [*RAILS, "enp90s0np0"], "trust": "dscp", "pfc_priorities": [3]}
+    out.append(
+        ev(
+            "runner_on_ok",
+            QOS,
+            {"changed": True, "rails": rails, "invocation": {"module_args": args}},
+            role="roce_qos",
+            resolved_action="gpuboot.node.roce_qos",
+        )
+    )
     if mig:
         out.append(
             ev(
@@ -116,9 +134,9 @@ def fleet_events() -> list[dict]:
     events += host_events("node4", current="550.40.07-1 held", mig=False)
     stats = {"ok": {f"node{i}": 3 for i in range(1, 6)}, "changed": {}, "skipped": {}}
     for n in ("node1", "node2", "node3"):
-        stats["changed"][n] = 3  # ansible's own count: the QoS loop was a skip
+        stats["changed"][n] = 4  # ansible's own count: the timers' loop was a skip
         stats["skipped"][n] = 2
-    stats["changed"]["node4"], stats["skipped"]["node4"] = 2, 2
+    stats["changed"]["node4"], stats["skipped"]["node4"] = 3, 2
     return [*events, {"event": "playbook_on_stats", "event_data": stats}]
 
 
@@ -132,9 +150,15 @@ def test_counts_equal_the_plays_count(tmp_path):
     assert (
         {h: len(c) for h, c in found.items()}
         == {h: r.changed for h, r in folder.hosts.items() if r.changed}
-        == {"node1": 4, "node2": 4, "node3": 4, "node4": 3}
+        == {"node1": 5, "node2": 5, "node3": 5, "node4": 4}
     )
-    assert [c.task_id for c in found["node1"]] == ["BASE-010", "DRV-010", "QOS-011", "MIG-010"]
+    assert [c.task_id for c in found["node1"]] == [
+        "BASE-010",
+        "DRV-010",
+        "BASE-022",
+        "QOS-011",
+        "MIG-010",
+    ]
 
 
 def test_groups_by_change_set_and_renders_each_kind(tmp_path):
@@ -148,12 +172,20 @@ def test_groups_by_change_set_and_renders_each_kind(tmp_path):
     assert "+++ /etc/modprobe.d/nouveau.conf" in text  # the target, not ansible's temp src
     assert "+line 5" in text and "+line 39" not in text  # long diffs cut on the terminal
     assert "more line(s) in diff.txt" in text
-    assert "enp60s0np0: mlnx_qos -i enp60s0np0 --trust dscp" in text
+    assert (
+        "enp26s0np0: trust pcp -> dscp; PFC priorities none -> 3; "
+        "ECN on: roce_np/enable/3, roce_rp/enable/3" in text
+    )
+    assert "enp60s0np0: trust pcp -> dscp; PFC priorities none -> 3\n" in text
+    assert "enp90s0np0" not in text  # a rail already right is not a change
+    assert (
+        "dnf-automatic-install.timer: systemctl disable --now dnf-automatic-install.timer" in text
+    )
     assert "GPU 0: MIG mode 0 -> 1" in text
     assert "node5 (1 host): nothing to change" in text
     assert diffview.summary(groups, check=True).startswith(
         "would change (tasks that change something, counted as the real run counts them) "
-        "per change set: node[1-3]: 4, node4: 3; 2 distinct change set(s) across 5 host(s)"
+        "per change set: node[1-3]: 5, node4: 4; 2 distinct change set(s) across 5 host(s)"
     )
     whole = diffview.write(tmp_path, groups, check=True).read_text()
     assert "+line 39" in whole and "more line(s)" not in whole  # the run dir keeps all
@@ -185,14 +217,14 @@ def test_install_check_diff_prints_the_differences(monkeypatch, capsys, lab_inve
     monkeypatch.setattr(install, "run", fake_run)
     assert cli.main(["install", "-i", str(lab_inventory), "--check", "--diff", "-q"]) == 0
     out = capsys.readouterr().out
-    assert "node[1-3] (3 hosts): 4 task(s) would change" in out
+    assert "node[1-3] (3 hosts): 5 task(s) would change" in out
     assert "nvidia-driver-550-open: (not installed) -> 550.54.15-1 held" in out
-    assert "mlnx_qos -i enp26s0np0" in out and "GPU 0: MIG mode 0 -> 1" in out
+    assert "enp26s0np0: trust pcp -> dscp" in out and "GPU 0: MIG mode 0 -> 1" in out
     assert "whole diff: " in out and "diff.txt" in out
     assert cli.main(["install", "-i", str(lab_inventory), "--check", "--diff", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(g["label"], g["count"]) for g in doc["diff"]] == [
-        ("node[1-3]", 4),
-        ("node4", 3),
+        ("node[1-3]", 5),
+        ("node4", 4),
         ("node5", 0),
     ]
