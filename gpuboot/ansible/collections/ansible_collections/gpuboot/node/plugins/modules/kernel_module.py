@@ -88,10 +88,10 @@ action:
 """
 
 import os
-import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuboot.node.plugins.module_utils import files
+from ansible_collections.gpuboot.node.plugins.module_utils.files import read_file
 
 
 class KernelModules:
@@ -134,33 +134,13 @@ def decide(p, installed, loaded, requires_pending):
     return ("reload", False) if p["reload"] and not requires_pending else ("", False)
 
 
-def read_file(path):
-    """(text, mode): ('', None) when there is no such file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read(), stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
-    except FileNotFoundError:
-        return "", None
-
-
 def write_file(module, path, text, before=None):
-    """Make ``path`` hold ``text`` at mode 0644 (whole or not at all); True if it changes."""
+    """Make ``path`` hold ``text`` at mode 0644 (not in check mode); True if it changes."""
     old, mode = read_file(path) if before is None else before
     if old == text and mode == 0o644:
         return False
     if not module.check_mode:
-        directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".gpuboot-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        files.write_file(path, text)
     return True
 
 

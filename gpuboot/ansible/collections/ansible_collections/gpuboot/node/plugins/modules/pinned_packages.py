@@ -122,9 +122,7 @@ streams:
   returned: always
 """
 
-import os
 import re
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuboot.node.plugins.module_utils import rpm
@@ -133,6 +131,7 @@ from ansible_collections.gpuboot.node.plugins.module_utils.dpkg import (
     DpkgParseError,
     parse_dpkg_query,
 )
+from ansible_collections.gpuboot.node.plugins.module_utils.files import read_file, write_file
 
 PIN_PRIORITY = 1000
 _PIN = re.compile(r"^([a-z0-9][a-z0-9+.-]+)=((?:[0-9]+:)?[A-Za-z0-9.+~-]+)$")
@@ -194,7 +193,7 @@ class AptBackend:
 
     def pin_texts(self, pins, owner, packages, held, removed):
         """(header, before, after) of the pin file: no pin, no pin file (none written)."""
-        before = read_file(self.pin_file)
+        before = read_file(self.pin_file)[0]
         return self.pin_file, before, (self.pin_text(pins, owner) if pins else before)
 
     def pin_text(self, pins, owner):
@@ -424,7 +423,7 @@ BACKENDS = {"apt": AptBackend, "dnf": DnfBackend}
 def node_manager(path="/etc/os-release"):
     """dnf on the RHEL family (RHEL, Rocky, Alma, CentOS, Fedora), apt elsewhere."""
     words = set()
-    for line in read_file(path).splitlines():
+    for line in read_file(path)[0].splitlines():
         key, _, value = line.partition("=")
         if key in ("ID", "ID_LIKE"):
             words.update(value.strip().strip("\"'").split())
@@ -488,28 +487,6 @@ def describe(pins, packages):
         version = seen if p is not None and p.installed else "(not installed)"
         lines.append(f"{name} {version}{' held' if p is not None and p.held else ''}")
     return "\n".join(lines) + "\n"
-
-
-def read_file(path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
-
-
-def write_file(path, text):
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".gpuboot-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def run(module, backend):
