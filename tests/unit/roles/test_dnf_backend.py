@@ -7,17 +7,15 @@ with rpmbuild, rpmsign, createrepo_c and modifyrepo_c, with the nvidia-driver mo
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gpuboot import paths
+from tests.unit.roles.modrun import run_module
 
 TOOLS = ("dnf", "rpm", "rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c", "gpg")
 pytestmark = pytest.mark.skipif(
@@ -174,24 +172,9 @@ class Node:
                 subprocess.run(["gpgconf", "--homedir", str(keyring), "--kill", "gpg-agent"])
 
     def pins(self, packages: list[str], check: bool = False, **args) -> dict:
-        params = {"manager": "dnf", "packages": packages, **args}
-        params.update(_ansible_check_mode=check, _ansible_diff=True)
-        (self.root / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
         (self.root / "calls.log").write_text("")
-        proc = subprocess.run(
-            [sys.executable, "-m", f"{MODULES}.pinned_packages", str(self.root / "args.json")],
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            env={
-                "PATH": f"{self.root / 'bin'}:/usr/bin:/bin",
-                "PYTHONPATH": str(paths.COLLECTIONS_DIR),
-                "HOME": str(self.root),
-            },
-            timeout=300,
-        )
-        assert proc.stdout, proc.stderr
-        return json.loads(proc.stdout)
+        params = {"manager": "dnf", "packages": packages, **args}
+        return run_module("pinned_packages", self.root, params, check=check, timeout=300)
 
     def dnf(self, *args: str) -> str:
         return _run([str(self.root / "bin" / "dnf"), "-q", "-y", *args])

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from gpuboot import paths
+from tests.unit.roles.modrun import run_module
 
 MODULES_DIR = (
     paths.COLLECTIONS_DIR / "ansible_collections" / "gpuboot" / "node" / "plugins" / "modules"
@@ -23,21 +24,8 @@ MODULES = sorted(p.stem for p in MODULES_DIR.glob("*.py") if p.stem != "__init__
 def _accepted(module: str, required: dict, tmp_path) -> set[str]:
     """The module's own argument spec: AnsibleModule lists it when given an unknown option
     (after the required ones, which it checks first)."""
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**required, "no_such_option_": 1}}))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            f"ansible_collections.gpuboot.node.plugins.modules.{module}",
-            str(args),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(paths.COLLECTIONS_DIR)},
-        timeout=60,
-    )
-    msg = json.loads(proc.stdout)["msg"]
+    (tmp_path / "bin").mkdir()
+    msg = run_module(module, tmp_path, {**required, "no_such_option_": 1})["msg"]
     found = re.search(r"Supported parameters include: (.*)\.?$", msg)
     assert found, msg
     return {name.strip(" .") for name in found.group(1).split(",")}

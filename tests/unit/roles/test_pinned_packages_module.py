@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gpuboot import paths
+from tests.unit.roles.modrun import run_module
 
 MODULES = "ansible_collections.gpuboot.node.plugins.modules"
 PIN_FILE = "gpuboot-cuda-toolkit"
@@ -86,24 +87,7 @@ class Node:
         (root / "state.json").write_text(json.dumps(self.state))
 
     def run(self, module: str, check: bool = False, **args) -> dict:
-        params = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
-        params["ANSIBLE_MODULE_ARGS"]["_ansible_diff"] = True
-        (self.root / "args.json").write_text(json.dumps(params))
-        proc = subprocess.run(
-            [sys.executable, "-m", f"{MODULES}.{module}", str(self.root / "args.json")],
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            env={
-                "PATH": f"{self.root / 'bin'}:/usr/bin:/bin",
-                "PYTHONPATH": str(paths.COLLECTIONS_DIR),
-                "FAKE_ROOT": str(self.root),
-                "HOME": str(self.root),
-            },
-            timeout=60,
-        )
-        assert proc.stdout, proc.stderr
-        return json.loads(proc.stdout)
+        return run_module(module, self.root, args, check=check, env={"FAKE_ROOT": str(self.root)})
 
     def pins(self, packages: list[str], check: bool = False, **args) -> dict:
         pin_file = str(self.root / PIN_FILE)

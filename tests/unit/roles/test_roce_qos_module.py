@@ -7,13 +7,12 @@ lab emulator's own mlnx_qos and sysfs."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gpuboot import paths
+from tests.unit.roles.modrun import run_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 from _emu import GPUEMU, make_node
@@ -85,26 +84,8 @@ class Node:
 
     def run(self, check: bool = False, env: dict | None = None, **args) -> dict:
         args = {"interfaces": list(RAILS), "sysfs": str(self.sysfs), **args}
-        params = {**args, "_ansible_check_mode": check, "_ansible_diff": True}
-        (self.root / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-        proc = subprocess.run(
-            [sys.executable, "-m", MODULE, str(self.root / "args.json")],
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            env={
-                # the module's own PATH search adds /sbin, /usr/sbin and /usr/local/sbin
-                "PATH": f"{self.root / 'bin'}:/usr/bin:/bin",
-                "PYTHONPATH": str(paths.COLLECTIONS_DIR),
-                "FAKE_ROOT": str(self.root),
-                "CAPTURE": str(CAPTURE),
-                "HOME": str(self.root),
-                **(env or {}),
-            },
-            timeout=60,
-        )
-        assert proc.stdout, proc.stderr
-        return json.loads(proc.stdout)
+        env = {"FAKE_ROOT": str(self.root), "CAPTURE": str(CAPTURE), **(env or {})}
+        return run_module("roce_qos", self.root, args, check=check, env=env)
 
     def calls(self) -> list[list[str]]:
         log = self.root / "calls.jsonl"
@@ -317,20 +298,8 @@ def test_the_emulators_mlnx_qos_and_ecn_switches_converge(tmp_path):
     args = {"interfaces": rails, "sysfs": str(sysfs), "trust": "dscp", "pfc_priorities": [3]}
 
     def run() -> dict:
-        (tmp_path / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        proc = subprocess.run(
-            [sys.executable, "-m", MODULE, str(tmp_path / "args.json")],
-            capture_output=True,
-            text=True,
-            env={
-                **emu.env,
-                "PATH": f"{bindir}:/usr/bin:/bin",
-                "PYTHONPATH": str(paths.COLLECTIONS_DIR),
-            },
-            timeout=120,
-        )
-        assert proc.stdout, proc.stderr
-        return json.loads(proc.stdout)
+        env = {**emu.env, "PATH": f"{bindir}:/usr/bin:/bin"}
+        return run_module("roce_qos", tmp_path, args, env=env, timeout=120)
 
     first = run()
     assert first["changed"] is True and not first.get("failed"), first
