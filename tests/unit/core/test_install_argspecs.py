@@ -1,7 +1,7 @@
 """install.yml checks every role's variables against its argument spec in one looped task
-(INST-003) before anything changes (after the read-only converged check), instead of Ansible's own check per role (a worker per
-role and node); the roles are entered with rolespec_validate: false, so a role left out of
-INST-003's list would not be checked at all."""
+(INST-003) before anything changes (after the read-only converged check), instead of
+Ansible's own check per role (a worker per role and node); the roles are entered with
+rolespec_validate: false, so a role left out of INST-003's list would not be checked."""
 
 from __future__ import annotations
 
