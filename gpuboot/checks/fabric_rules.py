@@ -23,7 +23,7 @@ from gpuboot.collect import Evidence, ecn_file
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
-from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos
+from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos, unreadable
 from gpuboot.evidence.modules import parse_lsmod
 from gpuboot.evidence.nvlink import (
     NvlinkErrors,
@@ -343,10 +343,9 @@ def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
 
 
 def _qos_complete(qos: MlnxQos, name: str) -> None:
-    """mlnx_qos prints the trust state, PFC for all 8 priorities, then the tc table last:
-    output without any of them was cut short (or is not mlnx_qos's)."""
-    if qos.trust_state is None or len(qos.pfc_enabled) < 8 or not qos.traffic_classes:
-        raise incomplete(f"{name} lacks the trust state, the PFC row or the tc table", name)
+    """Cut short (or not mlnx_qos's): the same test the roce_qos module applies."""
+    if why := unreadable(qos):
+        raise incomplete(f"{name} is cut short or unreadable: {why}", name)
 
 
 def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:

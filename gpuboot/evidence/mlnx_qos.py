@@ -14,11 +14,12 @@ from gpuboot.ansible.collections.ansible_collections.gpuboot.node.plugins.module
 from gpuboot.errors import ParseError
 from gpuboot.evidence._common import require_text
 
-__all__ = ["TOOL", "MlnxQos", "TrafficClass", "parse_mlnx_qos"]
+__all__ = ["TOOL", "MlnxQos", "TrafficClass", "parse_mlnx_qos", "unreadable"]
 
 TOOL = "mlnx_qos"
 MlnxQos = _qos.MlnxQos
 TrafficClass = _qos.TrafficClass
+unreadable = _qos.unreadable
 
 
 def parse_mlnx_qos(text: str) -> MlnxQos:

@@ -221,8 +221,9 @@ CAPTURED = CAPTURE.read_text()
         (CAPTURED.index("trust state"), "trust"),  # the tool stopped after the DCBX line
         (CAPTURED.index("PFC configuration"), "PFC"),  # trust read, no PFC table
         (CAPTURED.index("enabled") + len("enabled     0   0   0   1"), "PFC"),  # 4 flags
+        (CAPTURED.index("tc: 0"), "tc table"),  # trust and PFC whole, the tail gone
     ],
-    ids=["no-trust-line", "no-pfc-table", "pfc-row-of-4"],
+    ids=["no-trust-line", "no-pfc-table", "pfc-row-of-4", "no-tc-table"],
 )
 def test_output_cut_short_fails_the_task_by_name_never_already_right(node, cut, why):
     # The rail is right up to the cut: unreadable must not pass as "nothing to do".

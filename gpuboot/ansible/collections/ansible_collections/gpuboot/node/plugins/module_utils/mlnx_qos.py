@@ -119,10 +119,13 @@ def parse_mlnx_qos(text: str) -> MlnxQos:
 
 
 def unreadable(qos: MlnxQos) -> str:
-    """Why trust and PFC cannot be judged from this reading ('' when they can): output
-    cut short lacks the trust line or part of the PFC row."""
+    """Why this reading cannot be judged ('' when it can). mlnx_qos prints the trust state,
+    PFC for all 8 priorities, then the tc table last: output without any of them was cut
+    short (or is not mlnx_qos's). The module setting a rail and certify's NIC-002 both ask."""
     if qos.trust_state not in TRUST_STATES:
         return f"trust state {qos.trust_state!r} (want one of {', '.join(TRUST_STATES)})"
     if sorted(qos.pfc_enabled) != list(range(8)):
         return f"PFC row lists {len(qos.pfc_enabled)} of the 8 priorities"
+    if not qos.traffic_classes:
+        return "no tc table (it prints last)"
     return ""
