@@ -60,10 +60,19 @@ def host_events(host: str, current: str = "(not installed)", mig: bool = True) -
             NOUVEAU,
             {
                 "changed": True,
-                "invocation": {"module_args": {"dest": "/etc/modprobe.d/nouveau.conf"}},
-                "diff": [{"before": "", "after": UNIT, "after_header": "/tmp/ansible-tmp/src"}],
+                # gpuboot.node.managed_file's real shape
+                "path": "/etc/modprobe.d/nouveau.conf",
+                "invocation": {
+                    "module_args": {"path": "/etc/modprobe.d/nouveau.conf", "content": UNIT}
+                },
+                "diff": {
+                    "before_header": "/etc/modprobe.d/nouveau.conf",
+                    "after_header": "/etc/modprobe.d/nouveau.conf",
+                    "before": "",
+                    "after": UNIT,
+                },
             },
-            resolved_action="ansible.builtin.copy",
+            resolved_action="gpuboot.node.managed_file",
         ),
         ev(
             "runner_on_ok",

@@ -90,8 +90,7 @@ action:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuboot.node.plugins.module_utils import files
-from ansible_collections.gpuboot.node.plugins.module_utils.files import read_file
+from ansible_collections.gpuboot.node.plugins.module_utils.files import ensure_file, read_file
 
 
 class KernelModules:
@@ -134,16 +133,6 @@ def decide(p, installed, loaded, requires_pending):
     return ("reload", False) if p["reload"] and not requires_pending else ("", False)
 
 
-def write_file(module, path, text, before=None):
-    """Make ``path`` hold ``text`` at mode 0644 (not in check mode); True if it changes."""
-    old, mode = read_file(path) if before is None else before
-    if old == text and mode == 0o644:
-        return False
-    if not module.check_mode:
-        files.write_file(path, text)
-    return True
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -181,7 +170,7 @@ def main():
         path = os.path.join(p["modules_load_d"], f"gpuboot-{name.replace('_', '-')}.conf")
         text = f"# Managed by gpuboot ({p['owner']}).\n{name}\n"
         before = read_file(path)
-        if write_file(module, path, text, before):
+        if ensure_file(path, text, module.check_mode, before=before):
             changed = True
             if module._diff:
                 result["diff"] = [{"before_header": path, "before": before[0], "after": text}]
@@ -210,7 +199,7 @@ def main():
         )
     if reboot and p["reboot_marker"]:
         text = f"{name} {loaded or 'not'} loaded, {installed} installed\n"
-        changed = write_file(module, p["reboot_marker"], text) or changed
+        changed = ensure_file(p["reboot_marker"], text, module.check_mode) or changed
     module.exit_json(
         changed=changed,
         installed=installed,
