@@ -4,6 +4,7 @@ truthful changed in check mode, a diff, and a refusal of what it must not touch.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -83,6 +84,16 @@ def test_bytes_that_are_not_utf8_are_replaced_not_a_crash(tmp_path):
     dest.write_bytes(b"\xff\xfe garbage\n")
     result = managed(tmp_path, path=str(dest), content=TEXT)
     assert result["changed"] and not result.get("failed"), result
+    assert dest.read_text() == TEXT
+
+
+def test_a_huge_file_is_replaced_without_its_text_coming_back(tmp_path):
+    dest = tmp_path / "f.conf"
+    with dest.open("wb") as fh:  # 8 MiB a node put there: not read whole, not sent back
+        fh.truncate(8 * 1024 * 1024)
+    result = managed(tmp_path, path=str(dest), content=TEXT)
+    assert result["changed"] and result["diff"]["before"].startswith("(over "), result
+    assert len(json.dumps(result)) < 4096
     assert dest.read_text() == TEXT
 
 

@@ -9,14 +9,23 @@ import os
 import stat
 import tempfile
 
+# gpuboot's own files are a few KiB. A larger one is not read whole: its text would travel
+# back to the controller in the result (the diff's "before") and into the run's events.
+READ_LIMIT = 1024 * 1024
+
 
 def read_file(path):
-    """(text, mode): ('', None) when there is no such file."""
-    try:  # bytes that are not UTF-8 read as U+FFFD: never equal to what gpuboot writes
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(), stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+    """(text, mode): ('', None) when there is no such file. Bytes that are not UTF-8 read as
+    U+FFFD, a file over READ_LIMIT as a note: neither equals what gpuboot writes."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(READ_LIMIT + 1)
+            mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
     except FileNotFoundError:
         return "", None
+    if len(data) > READ_LIMIT:
+        return f"(over {READ_LIMIT} bytes: not read)\n", mode
+    return data.decode("utf-8", errors="replace"), mode
 
 
 def write_file(path, text, mode=0o644):
