@@ -102,26 +102,27 @@ def main() -> int:
     results["lab_up_s"] = time.monotonic() - started
     inv = str(lab.inventory)
     try:
-        results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
-        results["install_first_cpu_per_node_s"] = CPU["install -i"] / args.nodes
-        results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
-        results["install_full_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q", "--full"])
-        results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
-        results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
-        none = [*gpuboot, "certify", "-i", inv, "-q", "--probes", "none"]
-        results["certify_none_s"], _ = timed(none)
-        results["certify_none_cpu_per_node_s"] = CPU["certify -i"] / args.nodes
-        started = time.monotonic()
-        cert = subprocess.run(
-            [*gpuboot, "certify", "-i", inv, "-q", "--json"], capture_output=True, text=True
-        )
-        results["certify_s"] = time.monotonic() - started
-        results["certify_exit"] = cert.returncode
-        bundle = Path(json.loads(cert.stdout)["bundle"])
-    finally:
-        close_ssh_masters(cp_dir)
-        labmod.down(name)
-    try:  # offline judging: measured after the lab is down, its ten nodes' services stopped
+        try:
+            results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+            results["install_first_cpu_per_node_s"] = CPU["install -i"] / args.nodes
+            results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+            results["install_full_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q", "--full"])
+            results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
+            results["ansible_ping_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "ping"], env)
+            none = [*gpuboot, "certify", "-i", inv, "-q", "--probes", "none"]
+            results["certify_none_s"], _ = timed(none)
+            results["certify_none_cpu_per_node_s"] = CPU["certify -i"] / args.nodes
+            started = time.monotonic()
+            cert = subprocess.run(
+                [*gpuboot, "certify", "-i", inv, "-q", "--json"], capture_output=True, text=True
+            )
+            results["certify_s"] = time.monotonic() - started
+            results["certify_exit"] = cert.returncode
+            bundle = Path(json.loads(cert.stdout)["bundle"])
+        finally:
+            close_ssh_masters(cp_dir)
+            labmod.down(name)
+        # offline judging: measured after the lab is down, its ten nodes' services stopped
         results.update(evaluate_throughput(bundle, scratch / "big", hosts=1000))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
