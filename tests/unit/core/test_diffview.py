@@ -16,7 +16,7 @@ DRV = "DRV-010 | PATCH | Install, pin and hold the driver at exactly 550.54.15-1
 NOUVEAU = "BASE-010 | PATCH | Blacklist the nouveau driver"
 QOS = "QOS-011 | PATCH | Set trust, PFC and ECN of every RoCE rail on priorities 3"
 MIG = "MIG-010 | PATCH | Apply the MIG layout"
-AUDIT = "QOS-013 | PATCH | Enable the boot unit"  # ran, changed nothing
+AUDIT = "QOS-012 | PATCH | Re-apply the QoS at every boot"  # ran, changed nothing
 RAILS = ("enp26s0np0", "enp60s0np0")
 TIMERS_OFF = "BASE-022 | PATCH | Keep dnf-automatic off"
 TIMERS = ("dnf-automatic.timer", "dnf-automatic-install.timer")
@@ -237,3 +237,28 @@ def test_install_check_diff_prints_the_differences(monkeypatch, capsys, lab_inve
         ("node4", 4),
         ("node5", 0),
     ]
+
+
+def test_a_boot_unit_shows_its_file_and_its_enablement():
+    path = "/etc/systemd/system/gpuboot-roce-qos.service"
+    res = {  # gpuboot.node.systemd_unit's real shape: a new unit, written and enabled
+        "changed": True,
+        "path": path,
+        "enabled_before": "",
+        "invocation": {"module_args": {"name": "gpuboot-roce-qos.service", "content": UNIT}},
+        "diff": [
+            {"before_header": path, "after_header": path, "before": "", "after": UNIT},
+            {
+                "before_header": "systemctl is-enabled gpuboot-roce-qos.service",
+                "after_header": "systemctl is-enabled gpuboot-roce-qos.service",
+                "before": "",
+                "after": "enabled\n",
+            },
+        ],
+    }
+    data = {"resolved_action": "gpuboot.node.systemd_unit", "role": "roce_qos"}
+    change = diffview.describe(AUDIT, data, res, [])
+    assert change.kind == "file", change
+    assert f"+++ {path}" in change.lines and "+line 39" in change.lines
+    assert "+++ systemctl is-enabled gpuboot-roce-qos.service" in change.lines
+    assert change.lines[-1] == "+enabled"
