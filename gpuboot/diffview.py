@@ -93,6 +93,8 @@ def describe(task: str, data: dict[str, Any], res: dict[str, Any], loop: list) -
     if diffs:
         args = (res.get("invocation") or {}).get("module_args") or {}
         return Change(task, "file", _files(diffs, args.get("dest") or args.get("path")))
+    if action.endswith("gpuboot.node.service"):
+        return Change(task, "other", (_unit(res),))
     if action.endswith("systemd_service") or action.endswith("systemd"):
         return Change(task, "other", (_service(res),))
     if action.endswith("kernel_module"):
@@ -179,10 +181,13 @@ def _service(res: dict[str, Any]) -> str:
         what.append("enable" if args["enabled"] else "disable")
     if args.get("state"):
         what.append({"started": "start", "stopped": "stop"}.get(args["state"], args["state"][:-2]))
-    # --check: no such unit yet (the roles let that pass when this run brings it)
-    missing = "Could not find the requested service" in str(res.get("msg", ""))
-    note = " (the unit comes with this run)" if missing else ""
-    return f"{name}: {', '.join(what) or 'changes'}{note}"
+    return f"{name}: {', '.join(what) or 'changes'}"
+
+
+def _unit(res: dict[str, Any]) -> str:
+    """gpuboot.node.service's answer: "openibd: enable, start" (what it did or would do)."""
+    note = " (the unit comes with this run)" if res.get("unit_missing") else ""
+    return f"{res.get('name') or 'unit'}: {', '.join(res.get('actions') or ()) or 'changes'}{note}"
 
 
 def _module(res: dict[str, Any]) -> str:

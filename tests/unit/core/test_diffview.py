@@ -262,3 +262,22 @@ def test_a_boot_unit_shows_its_file_and_its_enablement():
     assert f"+++ {path}" in change.lines and "+line 39" in change.lines
     assert "+++ systemctl is-enabled gpuboot-roce-qos.service" in change.lines
     assert change.lines[-1] == "+enabled"
+
+
+@pytest.mark.parametrize(
+    ("res", "line"),
+    [
+        (
+            {"changed": True, "name": "openibd", "actions": ["enable", "start"]},
+            "openibd: enable, start",
+        ),
+        (  # --check before DOCA-OFED is installed: the unit comes with its package
+            {"changed": True, "name": "openibd", "actions": ["enable", "start"], "unit_missing": 1},
+            "openibd: enable, start (the unit comes with this run)",
+        ),
+    ],
+)
+def test_a_package_unit_says_what_it_does_to_the_unit(res, line):
+    data = {"resolved_action": "gpuboot.node.service", "role": "doca_ofed"}
+    change = diffview.describe("OFED-014 | PATCH | Run openibd at boot and now", data, res, [])
+    assert (change.kind, change.lines) == ("other", (line,))
