@@ -72,11 +72,16 @@ def test_a_new_unit_is_written_reloaded_and_enabled_with_both_diffs(node):
     result = unit(node)
     assert result["changed"] and not result.get("failed"), result
     assert (node / "units" / UNIT).read_text() == TEXT
-    assert calls(node) == [["daemon-reload"], ["is-enabled", UNIT], ["enable", UNIT]]
+    assert calls(node) == [
+        ["is-enabled", UNIT],  # no unit yet: systemctl's error, no word
+        ["daemon-reload"],
+        ["is-enabled", UNIT],  # the written file: disabled
+        ["enable", UNIT],
+    ]
     file_diff, enable_diff = result["diff"]
     assert (file_diff["before"], file_diff["after"]) == ("", TEXT)
-    assert (enable_diff["before"], enable_diff["after"]) == ("disabled\n", "enabled\n")
-    assert result["enabled_before"] == "disabled"
+    assert (enable_diff["before"], enable_diff["after"]) == ("", "enabled\n")
+    assert result["enabled_before"] == ""
 
 
 def test_a_converged_unit_changes_nothing_and_only_asks(node):
@@ -104,14 +109,14 @@ def test_a_changed_file_is_rewritten_and_reloaded(node):
     (node / "calls.jsonl").unlink()
     result = unit(node)
     assert result["changed"] and (node / "units" / UNIT).read_text() == TEXT
-    assert calls(node) == [["daemon-reload"], ["is-enabled", UNIT]]
+    assert calls(node) == [["is-enabled", UNIT], ["daemon-reload"], ["is-enabled", UNIT]]
 
 
-def test_check_mode_on_a_new_unit_writes_nothing_runs_nothing_and_says_so(node):
+def test_check_mode_on_a_new_unit_writes_nothing_only_asks_and_says_so(node):
     result = unit(node, check=True)
     assert result["changed"] and not result.get("failed"), result
     assert not (node / "units" / UNIT).exists()
-    assert calls(node) == []  # a unit with no file yet is no unit: nothing to ask
+    assert calls(node) == [["is-enabled", UNIT]]
     assert [d["after"] for d in result["diff"]] == [TEXT, "enabled\n"]
 
 
@@ -127,11 +132,18 @@ def test_check_mode_on_a_drifted_unit_only_asks(node):
     assert json.loads((node / "state.json").read_text()) == {UNIT: "disabled"}
 
 
-def test_a_masked_unit_fails_with_systemctls_reason(node):
+@pytest.mark.parametrize("check", [False, True])
+@pytest.mark.parametrize("word", ["masked", "masked-runtime"])
+def test_a_masked_unit_fails_in_both_modes_before_anything_is_written(node, word, check):
     unit(node)
-    set_state(node, "masked")
-    result = unit(node)
-    assert result.get("failed") and "is masked" in result["msg"], result
+    (node / "units" / UNIT).write_text("old\n")
+    set_state(node, word)
+    (node / "calls.jsonl").unlink()
+    result = unit(node, check=check)
+    assert result.get("failed") and f"is {word}" in result["msg"], result
+    assert f"systemctl unmask {UNIT}" in result["msg"]
+    assert (node / "units" / UNIT).read_text() == "old\n"
+    assert calls(node) == [["is-enabled", UNIT]]
 
 
 @pytest.mark.parametrize("name", ["../escape.service", "gpuboot-roce-qos", "a b.service"])

@@ -19,6 +19,8 @@ description:
     applies the same settings now in a task of its own.
   - Check mode writes nothing and runs no systemctl command that changes anything. A unit
     whose file the run would write for the first time counts as to be enabled.
+  - A masked unit (masked or masked-runtime) fails in both modes before anything is written;
+    gpuboot does not unmask what an operator masked.
 options:
   name:
     description: The unit's file name, e.g. C(gpuboot-roce-qos.service).
@@ -81,14 +83,21 @@ def main():
             module.fail_json(msg=f"systemctl {' '.join(argv)} failed: {(err or out).strip()}")
         return out.strip().splitlines()[0] if out.strip() else ""
 
+    # is-enabled exits non-zero for disabled, masked and unknown units alike: its word counts.
+    # Asked before anything is written: a unit an operator masked stays masked, in --check too.
+    was = run("is-enabled", name, ok=range(256))
+    if was.startswith("masked"):
+        module.fail_json(
+            msg=f"{name} is {was}: gpuboot does not unmask a unit; "
+            f"run systemctl unmask {name} if it should run at boot"
+        )
     before = read_file(path)
     file_changed = ensure_file(path, text, check, 0o644, before)
+    now = was
     if file_changed and not check:
         run("daemon-reload")
-    new_unit = before[1] is None
-    # is-enabled exits non-zero for disabled, masked and unknown units alike: its word counts.
-    was = "" if check and new_unit else run("is-enabled", name, ok=range(256))
-    enable = was != "enabled"
+        now = run("is-enabled", name, ok=range(256))  # the new [Install] section decides
+    enable = now != "enabled"
     if enable and not check:
         run("enable", name)
     changed = file_changed or enable
