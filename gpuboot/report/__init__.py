@@ -10,8 +10,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpuboot.report import certificate, html, junit, prometheus
-
 HTML_NAME = "report.html"
 JUNIT_NAME = "junit.xml"
 PROM_NAME = "gpuboot.prom"
@@ -23,10 +21,10 @@ def write_reports(
     out_dir: Path,
     *,
     key_path: Path | None,
-    validity_days: int = certificate.DEFAULT_VALIDITY_DAYS,
+    validity_days: int | None = None,
     allow_warn: bool = False,
     now: datetime | None = None,
-    kind: str = prometheus.CERTIFY,
+    kind: str | None = None,
 ) -> dict[str, Path]:
     """Write every output into ``out_dir``; returns name -> path.
 
@@ -35,6 +33,12 @@ def write_reports(
     ``kind`` names the metric families (``prometheus.SCAN`` for a scan's report).
     Certificates are issued first so the HTML and metrics can show their expiry.
     """
+    # Imported here: they bring every rule and evidence parser (0.3 s), which the package's
+    # light users (host_key for install, plan and status) must not pay for.
+    from gpuboot.report import certificate, html, junit, prometheus
+
+    if validity_days is None:
+        validity_days = certificate.DEFAULT_VALIDITY_DAYS
     out_dir = Path(out_dir)
     paths: dict[str, Path] = {}
     certs: dict[str, dict[str, Any]] = {}
@@ -55,7 +59,9 @@ def write_reports(
                 )
     paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now)
     paths["junit"] = junit.write(report, out_dir / JUNIT_NAME)
-    paths["prometheus"] = prometheus.write(report, out_dir / PROM_NAME, certs, now=now, kind=kind)
+    paths["prometheus"] = prometheus.write(
+        report, out_dir / PROM_NAME, certs, now=now, kind=kind or prometheus.CERTIFY
+    )
     return paths
 
 

@@ -149,6 +149,16 @@ def test_help_does_not_import_the_heavy_stack():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["gpuboot.install", "gpuboot.status"])
+def test_install_and_status_do_not_import_the_rules(module):
+    """They only need the report package's host order; its outputs bring every rule and
+    evidence parser (0.3 s of each `gpuboot install`'s start)."""
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith("
+    code += "('gpuboot.checks', 'gpuboot.evidence', 'gpuboot.report.html'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     ("args", "expect"),
     [

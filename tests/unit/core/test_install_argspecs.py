@@ -5,10 +5,12 @@ rolespec_validate: false, so a role left out of INST-003's list would not be che
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from gpuboot import paths
@@ -37,7 +39,8 @@ def test_every_imported_role_is_checked_against_its_spec():
         assert spec["argument_specs"][entry]["options"], (role, entry)
 
 
-def test_a_bad_role_variable_stops_the_node_before_any_other_task(tmp_path):
+def _play(tmp_path, *extra_vars: str) -> str:
+    """install.yml on this machine as a node, with these -e values; the output."""
     env = {**os.environ, **ansible_env(tmp_path), "ANSIBLE_STDOUT_CALLBACK": "default"}
     env.pop("ANSIBLE_CONFIG", None)
     cmd = [
@@ -53,17 +56,81 @@ def test_a_bad_role_variable_stops_the_node_before_any_other_task(tmp_path):
         "ansible_python_interpreter=/nonexistent/python",
         "-e",
         "nvidia_driver_branch=550 nvidia_driver_version=550.54.15-1",
-        "-e",
-        "nvidia_gds_enabled=notabool",
-        str(paths.PLAYBOOKS_DIR / "install.yml"),
     ]
+    for value in extra_vars:
+        cmd += ["-e", value]
+    cmd.append(str(paths.PLAYBOOKS_DIR / "install.yml"))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2, out
-    tasks = [line for line in out.splitlines() if line.startswith("TASK [")]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def _tasks(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("TASK [")]
+
+
+def test_a_bad_role_variable_stops_the_node_before_any_other_task(tmp_path):
+    out = _play(tmp_path, "nvidia_gds_enabled=notabool")
+    tasks = _tasks(out)
     # only the read-only converged check (no record here: it skips itself) comes first
     assert "INST-003" in tasks[-1], tasks
     assert all("CONV-00" in t for t in tasks[:-1]), tasks
-    assert "failed: [localhost] (item=nvidia_gds (main))" in out, out
-    assert "argument 'nvidia_gds_enabled' is of type str" in out, out
+    assert "nvidia_gds (main): argument 'nvidia_gds_enabled' is of type str" in out, out
     assert "failed=1" in out, out
+
+
+def test_every_broken_variable_of_every_role_is_reported_at_once(tmp_path):
+    out = _play(
+        tmp_path,
+        "nvidia_gds_enabled=notabool",
+        '{"roce_qos_pfc_priorities": {"three": 3}, "roce_qos_ecn": "sometimes"}',
+    )
+    assert "INST-003" in _tasks(out)[-1], out
+    for broken in (
+        "nvidia_gds (main): argument 'nvidia_gds_enabled' is of type str",
+        "roce_qos (main): argument 'roce_qos_pfc_priorities' is of type dict",
+        "roce_qos (main): argument 'roce_qos_ecn' is of type str",
+    ):
+        assert broken in out, (broken, out)
+
+
+@pytest.mark.parametrize(
+    ("template", "valid"), [('{{ "notabool" }}', False), ("{{ 1 == 1 }}", True)]
+)
+def test_a_templated_variable_is_judged_by_its_value(tmp_path, template, valid):
+    out = _play(tmp_path, json.dumps({"nvidia_gds_enabled": template}))
+    tasks = _tasks(out)
+    at = next(i for i, t in enumerate(tasks) if "INST-003" in t)
+    if valid:  # the play went on to the first role, which fails for want of a Python
+        assert len(tasks) > at + 1 and "argument_errors" not in out, out
+    else:
+        assert at == len(tasks) - 1, tasks
+        assert "argument 'nvidia_gds_enabled' is of type str" in out, out
+
+
+@pytest.mark.parametrize(
+    ("entry_points", "says"),
+    [
+        ('[["no_such_role", "main"]]', "no argument spec for role no_such_role (main)"),
+        ('[["nvidia_driver", "no_such_entry"]]', "no argument spec for role nvidia_driver"),
+        ('[["nvidia_driver"]]', "is not [role, entry]"),
+    ],
+)
+def test_an_entry_point_without_a_spec_fails_the_check_instead_of_passing(
+    tmp_path, entry_points, says
+):
+    play = tmp_path / "check.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - gpuboot.node.role_arguments:\n"
+        f"        roles_path: {paths.ROLES_DIR}\n"
+        f"        entry_points: {entry_points}\n"
+    )
+    env = {**os.environ, **ansible_env(tmp_path), "ANSIBLE_STDOUT_CALLBACK": "default"}
+    env.pop("ANSIBLE_CONFIG", None)
+    cmd = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local"]
+    proc = subprocess.run(
+        [*cmd, str(play)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and says in out, out
