@@ -6,6 +6,8 @@ in the same run (absolute seconds depend on the machine; ratios travel).
   gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
   certify --probes none / ansible -m ping   the same without bandwidth probes (issue 12: <= 2x)
   install first: controller CPU per node  user+sys of gpuboot and its children / nodes
+  install first CPU / Ansible's floor    the same, vs. a play of as many `command: true` tasks
+                                        per node as the converge had task results
   certify --probes none: controller CPU per node  the same for certify
   install no-op    / ansible -m setup   a converged re-run vs. plain fact gathering
   install no-op    / install first      the same, vs. converging the 550 stack from scratch
@@ -33,13 +35,13 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from gpuboot import paths  # noqa: E402
-from gpuboot.runner import ansible_env, close_ssh_masters  # noqa: E402
+from gpuboot.runner import ansible_env, close_ssh_masters, config_env  # noqa: E402
 from gpuboot_lab import lab as labmod  # noqa: E402
 
 CPU: dict[str, float] = {}  # command label -> controller CPU seconds (user+sys, children included)
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -50,7 +52,25 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
     if proc.returncode not in (0, 1):
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
         raise SystemExit(f"bench: {' '.join(cmd[:3])} failed with exit {proc.returncode}")
-    return elapsed, proc.returncode
+    return elapsed, proc.stdout
+
+
+def ansible_floor(inv: str, tasks: int, env: dict[str, str], scratch: Path) -> float:
+    """Controller CPU per node of a play of ``tasks`` trivial module runs per node
+    (`command: true`, no facts), with gpuboot's Ansible settings: what Ansible itself costs
+    for that many task results (a forked worker, an ssh exec and the result's handling
+    each), whatever the tasks do. install's first converge is judged against it."""
+    play = scratch / "floor.yml"
+    steps = [{"name": f"floor {i}", "ansible.builtin.command": "true"} for i in range(tasks)]
+    play.write_text(json.dumps([{"hosts": "all", "gather_facts": False, "tasks": steps}]))
+    # Its own ssh masters, closed after: the ping and setup baselines below open theirs.
+    cp_dir = scratch / "cp-floor"
+    env = {**env, **config_env(scratch), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir)}
+    try:
+        timed(["ansible-playbook", "-i", inv, str(play)], env)
+    finally:
+        close_ssh_masters(cp_dir)
+    return CPU[str(play)]
 
 
 def evaluate_throughput(bundle: Path, out: Path, hosts: int, rounds: int = 3) -> dict[str, float]:
@@ -110,8 +130,16 @@ def main() -> int:
     inv = str(lab.inventory)
     try:
         try:
-            results["install_first_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
+            results["install_first_s"], out = timed(
+                [*gpuboot, "install", "-i", inv, "-q", "--json"]
+            )
             results["install_first_cpu_per_node_s"] = CPU["install -i"] / args.nodes
+            hosts = json.loads(out)["hosts"].values()
+            tasks = round(sum(h["ok"] + h["skipped"] + h["failed"] for h in hosts) / len(hosts))
+            results["install_first_tasks_per_node"] = tasks
+            results["ansible_floor_cpu_per_node_s"] = (
+                ansible_floor(inv, tasks, env, scratch) / args.nodes
+            )
             results["install_noop_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q"])
             results["install_full_s"], _ = timed([*gpuboot, "install", "-i", inv, "-q", "--full"])
             results["ansible_setup_s"], _ = timed(["ansible", "all", "-i", inv, "-m", "setup"], env)
@@ -145,6 +173,8 @@ def main() -> int:
         "install no-op / ansible setup": results["install_noop_s"] / results["ansible_setup_s"],
         "install no-op / install first": results["install_noop_s"] / results["install_first_s"],
         "install --full / install first": results["install_full_s"] / results["install_first_s"],
+        "install first CPU / Ansible floor": results["install_first_cpu_per_node_s"]
+        / results["ansible_floor_cpu_per_node_s"],
     }
     if args.json:
         print(json.dumps({"nodes": args.nodes, "seconds": results, "ratios": ratios}, indent=2))
@@ -163,6 +193,7 @@ def main() -> int:
         "certify_s",
         "certify_none_s",
         "install_first_cpu_per_node_s",
+        "ansible_floor_cpu_per_node_s",
         "certify_none_cpu_per_node_s",
         "evaluate_1000_s",
         "read_1000_s",
