@@ -134,3 +134,34 @@ def test_an_entry_point_without_a_spec_fails_the_check_instead_of_passing(
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and says in out, out
+
+
+@pytest.mark.parametrize(
+    ("spec", "passes"),
+    [
+        ("argument_specs:\n  main:\n    short_description: no options\n", True),
+        ("argument_specs:\n  - main\n", False),
+        ("argument_specs: [\n", False),
+    ],
+)
+def test_an_entry_point_without_options_takes_none_and_a_broken_spec_fails(tmp_path, spec, passes):
+    (tmp_path / "roles" / "r" / "meta").mkdir(parents=True)
+    (tmp_path / "roles" / "r" / "meta" / "argument_specs.yml").write_text(spec)
+    play = tmp_path / "check.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - gpuboot.node.role_arguments:\n"
+        f"        roles_path: {tmp_path / 'roles'}\n"
+        "        entry_points: [[r, main]]\n"
+    )
+    env = {**os.environ, **ansible_env(tmp_path), "ANSIBLE_STDOUT_CALLBACK": "default"}
+    env.pop("ANSIBLE_CONFIG", None)
+    cmd = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local"]
+    proc = subprocess.run(
+        [*cmd, str(play)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    if passes:
+        assert proc.returncode == 0 and "ok=1" in out and "failed=0" in out, out
+    else:
+        assert proc.returncode == 2 and "no argument spec for role r (main)" in out, out
