@@ -33,7 +33,8 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
     start_node,
 )
 from gpuboot.collect import Evidence
-from gpuboot.errors import GpubootError
+from gpuboot.components import Table
+from gpuboot.errors import ConfigError, GpubootError
 from gpuboot.evidence.forms import patterns as _forms  # every form of a tool's output
 
 # ------------------------------------------------------------------------- rules
@@ -398,6 +399,21 @@ RULES: tuple[Rule, ...] = (
 )
 
 RULES_BY_ID = {rule.id: rule for rule in RULES}
+
+
+def check_table_rules(table: Table) -> None:
+    """Every rule the component table's roles name is one of RULES (ConfigError naming the
+    table's key otherwise). Here, not in the table's loader: the rules stand on the stacks,
+    which stand on the table. An undo's ``fails`` is among its role's rules (the loader
+    checks that), so the rules lists cover it."""
+    for role in table.roles:
+        for i, rule in enumerate(role.rules):
+            if rule not in RULES_BY_ID:
+                raise ConfigError(
+                    f"no certify rule {rule!r}",
+                    where=f"{table.label}: roles.{role.name}.rules[{i}]",
+                    hint="name a rule of gpuboot.checks.rules.RULES (e.g. STK-002)",
+                )
 
 
 def evaluate(evidence: Evidence, ctx: NodeContext, only: list[str] | None = None) -> list[Finding]:

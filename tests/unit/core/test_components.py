@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpuboot import bundle_meta, paths
+from gpuboot.checks.rules import check_table_rules
 from gpuboot.components import OS_FAMILIES, TABLE, load
 from gpuboot.errors import ConfigError
 from gpuboot.stacks import load_stack, model, plan, role_vars
@@ -120,6 +121,7 @@ FAULTS = [
 
 def test_the_shipped_table_loads():
     table = load()
+    check_table_rules(table)
     assert [c.name for c in table.components][:2] == ["kernel", "driver"]
     assert len(table.roles) == 11
 
@@ -151,7 +153,7 @@ def test_el_undo_of_a_pin_drops_its_versionlock_entry():
 def test_a_fault_in_the_table_names_file_and_key(tmp_path, what, edit, key):
     path = _write(tmp_path, edit)
     with pytest.raises(ConfigError) as info:
-        load(path)
+        check_table_rules(load(path))  # the loader, then the rule ids against the registry
     assert info.value.where == f"components.yaml: {key}", (what, info.value.where)
     assert info.value.hint
 
