@@ -29,11 +29,12 @@ $(STAMPS)/system: Makefile
 	fi
 	@touch $@
 
-$(STAMPS)/venv: pyproject.toml
+# Two distributions: the product (.) and the lab (lab/: gpuboot-lab, the `gpuboot lab` verbs).
+$(STAMPS)/venv: pyproject.toml lab/pyproject.toml
 	@mkdir -p $(STAMPS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,k8s,fast]'
+	$(BIN)/pip install -q -e '.[dev,k8s,fast]' -e ./lab
 	@touch $@
 
 # promtool (the textfile tests' judge) from Debian's prometheus package, unpacked beside
