@@ -289,6 +289,6 @@ def status(node: Node) -> dict[str, Any]:
         ],
         "daemons": {
             k: kmod.pid_alive(node.vstate.get(k + "_pid"))
-            for k in ("persistenced", "fabricmanager", "hostengine")
+            for k in ("persistenced", "fabricmanager", "imex", "hostengine")
         },
     }

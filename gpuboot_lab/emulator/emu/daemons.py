@@ -1,4 +1,4 @@
-"""NVIDIA daemons and helpers: nv-fabricmanager, nv-hostengine (DCGM), nvidia-ctk.
+"""NVIDIA daemons and helpers: nv-fabricmanager, nvidia-imex, nv-hostengine (DCGM), nvidia-ctk.
 
 Daemons record their pid in the volatile state; the model treats a live pid as running
 (fabric trained, host engine reachable) and rmmod sees the driver held open.
@@ -16,7 +16,7 @@ from .state import Node
 
 
 def _cfg(argv: list[str]) -> dict[str, str]:
-    """KEY=VALUE settings of the -c config file (fabric manager)."""
+    """KEY=VALUE settings of the -c config file (fabric manager, IMEX)."""
     settings: dict[str, str] = {}
     for i, arg in enumerate(argv):
         if arg in ("-c", "--config") and i + 1 < len(argv):
@@ -88,6 +88,59 @@ def fabricmanager(argv: list[str]) -> int:
         started="Successfully configured all the available GPUs and NVSwitches to route "
         "NVLink traffic.",
         stopped="Fabric Manager stopped",
+    )
+
+
+# --- nvidia-imex ---------------------------------------------------------------------------
+
+IMEX_NODES = "/etc/nvidia-imex/nodes_config.cfg"  # IMEX_NODE_CONFIG_FILE's default
+
+
+def imex(argv: list[str]) -> int:
+    """Forks like the real one (DAEMONIZE defaults to 1; NVIDIA's unit is Type=forking) and
+    refuses a loaded driver of another version than its own, as NVIDIA's IMEX guide says the
+    daemon does at start; it reads its domain's node list from IMEX_NODE_CONFIG_FILE."""
+    log = daemon.Logger("nvidia-imex")
+    version = model.read_userspace("imex")
+    node = state.load()
+    driver = model.module_version(node, "nvidia")
+    if driver is None:
+        log("failed to initialize: no NVIDIA driver loaded")
+        return 1
+    if version and version != driver:
+        log(
+            f"IMEX version {version} is not compatible with the loaded driver version {driver}; "
+            "install the IMEX package of the driver's version"
+        )
+        return 1
+    settings = _cfg(argv)
+    try:
+        with open(
+            paths.p(settings.get("IMEX_NODE_CONFIG_FILE", IMEX_NODES)), encoding="utf-8"
+        ) as fh:
+            peers = [ln.strip() for ln in fh if ln.strip() and not ln.lstrip().startswith("#")]
+    except OSError as exc:
+        log(f"failed to read the node configuration file: {exc.strerror}")
+        return 1
+
+    def start(tx: Node) -> str | None:
+        if kmod.pid_alive(tx.vstate.get("imex_pid")):
+            return "another instance of nvidia-imex is already running"
+        tx.vstate["imex_peers"] = peers
+        return None
+
+    def stop(tx: Node) -> None:
+        tx.vstate.pop("imex_peers", None)
+
+    return daemon.run(
+        log=log,
+        key="imex_pid",
+        pidfile=None,
+        foreground=settings.get("DAEMONIZE", "1") == "0" or "--foreground" in argv,
+        start=start,
+        stop=stop,
+        started=f"IMEX service started with {len(peers) or 'no'} peer node(s) configured",
+        stopped="IMEX service stopped",
     )
 
 

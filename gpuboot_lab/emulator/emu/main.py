@@ -20,6 +20,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "nvidia-smi": ("smi", "main"),
     "nvidia-persistenced": ("persistenced", "main"),
     "nv-fabricmanager": ("daemons", "fabricmanager"),
+    "nvidia-imex": ("daemons", "imex"),
     "nv-hostengine": ("daemons", "hostengine"),
     "nvidia-ctk": ("daemons", "ctk"),
     "dcgmi": ("dcgmi", "main"),

@@ -264,6 +264,26 @@ def test_dpkg_deb_listing_of_userspace_packages(repo: RepoInfo, catalogue: Catal
     assert "./lib/modules/gpuemu/nvidia_fs.ko" in listing("nvidia-fs-dkms", "2.22.3-1")
 
 
+def test_imex_ships_with_each_driver_branch_from_r550(repo: RepoInfo, catalogue: Catalogue) -> None:
+    for branch, versions in DRIVERS.items():
+        want = [] if branch == "535" else [f"{v}-1" for v in versions]
+        assert catalogue.versions_of(f"nvidia-imex-{branch}") == want
+    deb = _deb(repo, catalogue, "nvidia-imex-570", "570.133.20-1")
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(deb)], check=True, capture_output=True, text=True
+    ).stdout
+    assert "./usr/bin/nvidia-imex -> /opt/gpuemu/gpuemu" in listing
+    assert _read(deb, "./usr/lib/gpuemu/userspace/imex.version") == "570.133.20\n"
+    unit = _read(deb, "./lib/systemd/system/nvidia-imex.service")
+    assert "Type=forking" in unit
+    assert "ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg" in unit
+    pkg = catalogue.get("nvidia-imex-570", "570.133.20-1")
+    assert pkg.conffiles == ["/etc/nvidia-imex/config.cfg", "/etc/nvidia-imex/nodes_config.cfg"]
+    # like fabric manager: not enabled by the package, restarted on upgrade when running
+    assert "unit_enable" not in pkg.scripts["postinst"]
+    assert "unit_invoke restart nvidia-imex.service" in pkg.scripts["postinst"]
+
+
 def test_cuda_toolkit_ships_version_json_and_uses_alternatives(
     repo: RepoInfo, catalogue: Catalogue
 ) -> None:

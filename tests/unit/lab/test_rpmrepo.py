@@ -104,6 +104,8 @@ def test_rpms_carry_nvidia_rhel_names_and_epoch(catalogue: Catalogue) -> None:
     assert ("nvidia-fabric-manager", "550.54.15-1") in rpms
     assert ("nvidia-fabricmanager", "580.82.07-1") in rpms  # R580 drops the branch
     assert ("libnvidia-nscq", "580.82.07-1") in rpms
+    assert ("nvidia-imex-570", "570.133.20-1") in rpms
+    assert ("nvidia-imex", "580.82.07-1") in rpms  # R580 drops the branch here too
     assert ("datacenter-gpu-manager", "1:3.3.9-1") in rpms
     # Debian-only metas have no rpm; rpm-only packages no deb.
     names = {p.name for p in catalogue.rpms}
