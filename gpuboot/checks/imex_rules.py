@@ -1,0 +1,58 @@
+"""IMEX rule: the daemon that shares GPU memory across the nodes of a multi-node NVLink domain
+(GB200 NVL72) is installed at exactly the driver's version and its service is active.
+
+NVIDIA ships IMEX with each driver release (nvidia-imex-<branch> on Debian/Ubuntu and, before
+R580, on EL; nvidia-imex on EL from R580) and the daemon checks the loaded driver at start,
+refusing one of another version (NVIDIA IMEX guide, "Getting Started"): a driver upgrade
+without its IMEX leaves the domain without this node, and CUDA's cross-node memory with it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuboot.bundle.model import Evidence
+from gpuboot.checks.base import (
+    SYSTEMD_STATES,
+    NodeContext,
+    ProbeFailed,
+    Result,
+    not_applicable,
+    probe,
+)
+from gpuboot.checks.stack_rules import installed_packages, nvidia_version
+from gpuboot.stacks.versions import upstream_of
+
+IMEX_ACTIVE = "systemctl_is-active_nvidia-imex.txt"
+IMEX_PACKAGE = re.compile(r"^nvidia-imex(-\d{3})?$")
+
+
+def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    if not ctx.enabled("nvidia_imex_enabled"):
+        return not_applicable("the host's stack does not manage IMEX")
+    problems = []
+    state = probe(evidence, IMEX_ACTIVE).stdout.strip()
+    if state not in SYSTEMD_STATES:
+        raise ProbeFailed(
+            f"systemctl is-active printed no unit state: {state[:60]!r}", where=IMEX_ACTIVE
+        )
+    if state != "active":
+        problems.append(f"nvidia-imex service is {state}")
+    installed = imex_version(evidence)
+    loaded = nvidia_version(evidence)  # None: no module loaded (STK-001 says so)
+    want = upstream_of(str(ctx.var("nvidia_driver_version", "")))
+    if installed is None:
+        problems.append("no nvidia-imex package installed")
+    elif loaded and installed != loaded:
+        problems.append(f"nvidia-imex {installed} does not match the loaded driver {loaded}")
+    elif want and installed != want:
+        problems.append(f"nvidia-imex {installed}, pinned driver {want}")
+    return "; ".join(problems) or None
+
+
+def imex_version(evidence: Evidence) -> str | None:
+    """The upstream version of the installed IMEX package, whatever its branch suffix."""
+    for name, pkg in installed_packages(evidence).items():
+        if IMEX_PACKAGE.match(name) and pkg.installed:
+            return upstream_of(pkg.version)
+    return None
