@@ -78,13 +78,14 @@ def evaluate_throughput(bundle: Path, out: Path, hosts: int, rounds: int = 3) ->
     against the baseline of merely reading those files. Both are timed ``rounds`` times,
     alternating, and each keeps its best: other work on the two cores (the lab's teardown
     just before) stretches a single timing by 10-20%, and either side alike."""
-    from gpuboot.certify import _manifest, evaluate_bundle
-    from gpuboot.collect import read_host_bundle
+    from gpuboot.bundle.manifest import write_manifest
+    from gpuboot.bundle.store import read_host_bundle
+    from gpuboot.certify import evaluate_bundle
 
     sources = sorted(p for p in bundle.iterdir() if p.is_dir())
     for i in range(hosts):
         shutil.copytree(sources[i % len(sources)], out / f"gpu{i:04d}")
-    _manifest(out, "bench", [])  # as certify leaves it: evaluate verifies every hash
+    write_manifest(out, "bench", [])  # as certify leaves it: evaluate verifies every hash
     host_dirs = sorted(p for p in out.iterdir() if p.is_dir())
     reads, evaluates = [], []
     for _ in range(rounds):

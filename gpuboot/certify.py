@@ -7,37 +7,23 @@ offline with the same rules, touching no host.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import hashlib
 import json
 import os
-import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuboot import engine
-from gpuboot.bundle_meta import write_manifest as _manifest  # noqa: F401  (tests, sample bundles)
+from gpuboot.bundle.manifest import NO_MANIFEST_HINT, Manifest, check_manifest, read_manifest
+from gpuboot.bundle.model import BundleError, Evidence
+from gpuboot.bundle.profile import SHIPPED, bundle_profile
+from gpuboot.bundle.store import bundle_hosts, host_bundle, read_host_files
 from gpuboot.checks import rules
-from gpuboot.collect import (
-    MANIFEST,
-    META,
-    BundleError,
-    Evidence,
-    host_bundle,
-    is_safe_name,
-    read_file_capped,
-    read_host_files,
-)
 from gpuboot.engine import node_report as _node_report
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
-from gpuboot.profiles import list_profiles, load_profile
-from gpuboot.profiles import validate as validate_profile
+from gpuboot.profiles import load_profile
 
 
 def certify(
@@ -81,9 +67,9 @@ def evaluate_bundle(
             where=str(root),
             hint="pass the bundle path `gpuboot certify` printed",
         )
-    manifest = None if ignore_manifest else _read_manifest(root)
-    hosts = set(_bundle_hosts(root))
-    if isinstance(manifest, _Manifest):  # hosts of the run without a directory are reported
+    manifest = None if ignore_manifest else read_manifest(root)
+    hosts = set(bundle_hosts(root))
+    if isinstance(manifest, Manifest):  # hosts of the run without a directory are reported
         hosts |= manifest.hosts
     if not hosts:
         raise BadInput(
@@ -92,126 +78,16 @@ def evaluate_bundle(
             hint="a bundle is <bundle>/<host>/<probe-file>",
         )
     fixed_profile = load_profile(profile) if profile else None
-    _SHIPPED.clear()
+    SHIPPED.clear()
     reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest)
     return {
         "bundle": str(root),
         "manifest": "ignored"
         if ignore_manifest
-        else ("verified" if isinstance(manifest, _Manifest) else "missing or unreadable"),
+        else ("verified" if isinstance(manifest, Manifest) else "missing or unreadable"),
         "passed": all(r["verdict"] == rules.PASS for r in reports),
         "nodes": reports,
     }
-
-
-_NO_MANIFEST_HINT = "re-certify the node, or pass --ignore-manifest to judge the bundle as it is"
-MAX_PROFILE_BYTES = 1024 * 1024
-
-
-def _bundle_hosts(root: Path) -> list[str]:
-    """Entries that stand for a host: directories, and links (refused when judged)."""
-    try:
-        names = sorted(os.listdir(root))
-    except OSError as exc:
-        raise BadInput(f"cannot list the bundle ({exc.strerror})", where=str(root)) from None
-    out = []
-    for name in names:
-        with contextlib.suppress(OSError):  # gone since the listing: not a host
-            if stat.S_ISDIR(os.lstat(root / name).st_mode) or os.path.islink(root / name):
-                out.append(name)
-    return out
-
-
-@dataclass(frozen=True)
-class _Manifest:
-    files: dict[str, dict[str, str]]  # host -> {file name: sha256}
-    hosts: frozenset[str]  # every host of the run, with or without evidence kept
-
-
-def _read_manifest(root: Path) -> _Manifest | str:
-    """MANIFEST.json, or why it cannot vouch for the bundle."""
-    path = root / MANIFEST
-    if not os.path.lexists(path):
-        return (
-            "the bundle has no MANIFEST.json: its evidence cannot be shown unchanged since the run"
-        )
-    try:
-        doc = json.loads(read_file_capped(path))
-    except BundleError as exc:
-        return f"MANIFEST.json unreadable: {exc.message}"
-    except (ValueError, RecursionError) as exc:
-        return f"MANIFEST.json is not valid JSON ({exc})"
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        return "MANIFEST.json is malformed: no files {path: sha256} mapping"
-    run_hosts = doc.get("hosts") if isinstance(doc.get("hosts"), dict) else {}
-    by_host: dict[str, dict[str, str]] = {}  # grouped once: a host's lookup is not a scan
-    for rel, digest in files.items():
-        host, sep, name = rel.partition("/")
-        if sep:
-            by_host.setdefault(host, {})[name] = digest
-    names = set(by_host) | set(run_hosts)
-    return _Manifest(by_host, frozenset(h for h in names if is_safe_name(h)))
-
-
-def _listed(manifest: _Manifest, host: str) -> dict[str, str]:
-    return manifest.files.get(host, {})
-
-
-def _check_manifest(manifest: _Manifest | str, host: str, files: dict[str, bytes]) -> None:
-    if isinstance(manifest, str):
-        raise BundleError(manifest, hint=_NO_MANIFEST_HINT)
-    listed = _listed(manifest, host)
-    problems = [f"{n} (added)" for n in sorted(set(files) - set(listed))]
-    problems += [f"{n} (missing)" for n in sorted(set(listed) - set(files))]
-    problems += [
-        f"{n} (changed)"
-        for n in sorted(set(files) & set(listed))
-        if hashlib.sha256(files[n]).hexdigest() != listed[n]
-    ]
-    if problems:
-        raise BundleError(
-            f"evidence changed since the run: {', '.join(problems)}", hint=_NO_MANIFEST_HINT
-        )
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """A bundle's own profile is untrusted YAML: no aliases (no alias bomb)."""
-
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
-        if self.check_event(yaml.events.AliasEvent):
-            raise yaml.YAMLError("YAML aliases are not accepted in a bundle's profile")
-        return super().compose_node(parent, index)
-
-
-# Shipped profiles read in this evaluate run (cleared per run; forked workers inherit it).
-_SHIPPED: dict[str, dict[str, Any]] = {}
-
-
-def _bundle_profile(host: str, meta: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
-    """meta.json's profile: a file of this host directory (a SKU variant) or a shipped
-    profile by name; never a path elsewhere on the controller."""
-    name = meta.get("profile")
-    hint = "pass --profile SKU"
-    if not name or not isinstance(name, str):
-        raise BundleError("no profile recorded for this host in meta.json", hint=hint)
-    if name in files and name != META:
-        where = f"{host}/{name}"
-        if len(files[name]) > MAX_PROFILE_BYTES:
-            raise BundleError(f"profile {where} over {MAX_PROFILE_BYTES} bytes", hint=hint)
-        try:
-            data = yaml.load(files[name], Loader=_NoAliasLoader)  # a SafeLoader
-        except (yaml.YAMLError, RecursionError, ValueError) as exc:
-            raise BundleError(f"profile {where} is not valid YAML ({exc})", hint=hint) from None
-        return validate_profile(data, where)
-    if name in list_profiles():
-        if name not in _SHIPPED:  # one copy per run, shared read-only like --profile's
-            _SHIPPED[name] = load_profile(name)
-        return _SHIPPED[name]
-    raise BundleError(
-        f"profile {name!r} is neither a file in this host directory nor a shipped profile",
-        hint=hint,
-    )
 
 
 def _partial(
@@ -243,16 +119,16 @@ def _judge_hosts(
     root: Path,
     hosts: list[str],
     fixed_profile: dict[str, Any] | None,
-    manifest: _Manifest | str | None,
+    manifest: Manifest | str | None,
 ) -> list[dict[str, Any]]:
     cores = len(os.sched_getaffinity(0))
     if len(hosts) < PARALLEL_FROM_HOSTS or cores < 2:
         return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
     from concurrent.futures import ProcessPoolExecutor
 
-    def own(host: str) -> _Manifest | str | None:  # each worker gets its host's list only
-        if isinstance(manifest, _Manifest):
-            return _Manifest({host: _listed(manifest, host)}, frozenset({host}))
+    def own(host: str) -> Manifest | str | None:  # each worker gets its host's list only
+        if isinstance(manifest, Manifest):
+            return Manifest({host: manifest.listed(host)}, frozenset({host}))
         return manifest
 
     jobs = [(root, h, fixed_profile, own(h)) for h in hosts]
@@ -268,21 +144,21 @@ def _judge_host(
     root: Path,
     host: str,
     fixed_profile: dict[str, Any] | None,
-    manifest: _Manifest | str | None,
+    manifest: Manifest | str | None,
 ) -> dict[str, Any]:
     host_dir = root / host
     try:
-        if isinstance(manifest, _Manifest) and not os.path.lexists(host_dir):
-            if not _listed(manifest, host):  # certify judged it ERROR too
+        if isinstance(manifest, Manifest) and not os.path.lexists(host_dir):
+            if not manifest.listed(host):  # certify judged it ERROR too
                 raise BundleError("the run kept no evidence for this host (unreachable?)")
             raise BundleError(
-                "evidence changed since the run: host directory missing", hint=_NO_MANIFEST_HINT
+                "evidence changed since the run: host directory missing", hint=NO_MANIFEST_HINT
             )
         files = read_host_files(host_dir)
         if manifest is not None:
-            _check_manifest(manifest, host, files)
+            check_manifest(manifest, host, files)
         evidence, meta = host_bundle(files, str(host_dir))
-        node_profile = fixed_profile or _bundle_profile(host, meta, files)
+        node_profile = fixed_profile or bundle_profile(host, meta, files)
     except GpubootError as exc:  # this host's evidence is not judged; the others are
         return _node_error(host, exc)
     ctx = rules.NodeContext(

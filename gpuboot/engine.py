@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot import paths
-from gpuboot.bundle_meta import write_manifest
+from gpuboot.bundle.manifest import write_manifest
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.store import bundle_host_dir, write_host_bundle
 from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
-from gpuboot.collect import ProbeOutput, bundle_host_dir, write_host_bundle
 from gpuboot.errors import GpubootError, RunError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.node_collect import HostUnreachable, NodeEvidence, collect_node

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuboot.bundle.names import BOOT_ID_FILE, DMESG_FILE, META, SMI_Q_FILE
 from gpuboot.errors import BadInput, GpubootError
 
 DEFAULT_REBOOTS = 2
 RMA_ACTION = "hardware inspection / RMA"
-BOOT_ID_FILE = "proc_sys_kernel_random_boot_id.txt"
 # the rule whose finding reports each kind of fault (its action is what escalation changes)
 RULE_OF = {"xid": "XID-001", "sxid": "XID-002", "remap-failure": "ECC-003"}
 
@@ -86,7 +86,7 @@ def observe(evidence: dict[str, Any]) -> Observation:
         return pci, f"{pci} ({parts[pci]})" if pci in parts else pci
 
     faults: dict[str, str] = {}
-    dmesg = evidence.get("dmesg.txt")
+    dmesg = evidence.get(DMESG_FILE)
     log = None
     if dmesg is not None and dmesg.rc == 0 and dmesg.stdout.strip():
         try:
@@ -111,13 +111,12 @@ def observe_bundle(host_dir: Path) -> Observation:
     """:func:`observe` on a host directory of a bundle, reading only the files it needs
     (never a link or a FIFO, within the caps); nothing kept (unreachable node, unsafe
     files) observes nothing."""
-    from gpuboot.checks.smi import Q_FILE
-    from gpuboot.collect import META, host_bundle, read_file_capped
+    from gpuboot.bundle.store import host_bundle, read_file_capped
 
     try:
         files = {
             name: read_file_capped(host_dir / name)
-            for name in ("dmesg.txt", Q_FILE, BOOT_ID_FILE, META)
+            for name in (DMESG_FILE, SMI_Q_FILE, BOOT_ID_FILE, META)
             if os.path.lexists(host_dir / name)
         }
         evidence, _meta = host_bundle(files, str(host_dir))

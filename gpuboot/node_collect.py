@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuboot.bundle_meta import node_meta
-from gpuboot.collect import Evidence, NodeAnswerRejected, Probe, script, state_probes, unpack
+from gpuboot.bundle import names
+from gpuboot.bundle.meta import node_meta
+from gpuboot.bundle.model import Evidence
+from gpuboot.collect import NodeAnswerRejected, script, state_probes, unpack
 from gpuboot.errors import GpubootError
-from gpuboot.escalation import BOOT_ID_FILE
 from gpuboot.evidence import packages
 from gpuboot.inventory import with_derived
-from gpuboot.probes import node_probes, resolve_level
+from gpuboot.probes import Probe, node_probes, resolve_level
 from gpuboot.profiles import load_profile
 from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
@@ -26,16 +27,12 @@ from gpuboot.runner import failure_reason, last_line
 # What a node's package manager answers: dpkg/apt on Debian (gpuboot.collect.PROBES), on
 # RHEL/Rocky/Alma (gpuboot_os_family redhat) rpm, versionlock, the enabled module streams
 # and the dnf-automatic timers instead, in the same round trip.
-DEBIAN_PACKAGE_FILES = (
-    "dpkg-query_-W.txt",
-    "apt-mark_showhold.txt",
-    "apt-config_dump_Unattended-Upgrade.txt",
-)
+DEBIAN_PACKAGE_FILES = (names.DPKG_FILE, names.APT_HOLDS_FILE, names.APT_UNATTENDED_FILE)
 EL_PACKAGE_PROBES = (
-    Probe("rpm_-qa.txt", packages.RPM_QUERY),
-    Probe("dnf_versionlock_list.txt", packages.DNF_VERSIONLOCK_LIST),
-    Probe("dnf_module_list_--enabled.txt", packages.DNF_MODULE_LIST),
-    Probe("systemctl_show_dnf-automatic.txt", packages.DNF_AUTOMATIC_SHOW),
+    Probe(names.RPM_FILE, packages.RPM_QUERY),
+    Probe(names.DNF_VERSIONLOCK_FILE, packages.DNF_VERSIONLOCK_LIST),
+    Probe(names.DNF_MODULES_FILE, packages.DNF_MODULE_LIST),
+    Probe(names.DNF_AUTOMATIC_FILE, packages.DNF_AUTOMATIC_SHOW),
 )
 
 
@@ -84,7 +81,7 @@ def boot_id_probe(hostvars: dict[str, Any]) -> Probe:
     that one (a lab container shares its host's boot_id)."""
     own = hostvars.get("gpuboot_reboot_boot_time_command")
     command = own if isinstance(own, str) and own.strip() else "cat /proc/sys/kernel/random/boot_id"
-    return Probe(BOOT_ID_FILE, command, timeout=30)
+    return Probe(names.BOOT_ID_FILE, command, timeout=30)
 
 
 def collect_deadline(hostvars: dict, probes: Sequence[Probe]) -> float:

@@ -40,7 +40,7 @@ def _certify_runs(runs: Path, skip: set[str]) -> list[Path]:
 
 
 def _certificate(run_dir: Path, host: str, now: datetime) -> dict[str, Any] | None:
-    from gpuboot.collect import is_safe_name
+    from gpuboot.bundle.names import is_safe_name
 
     if not is_safe_name(host):
         return None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuboot.collect import Evidence, ProbeOutput
+from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError
 from gpuboot.evidence._common import has_elision
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import (
     ERROR,
     FAIL,
@@ -28,7 +29,6 @@ from gpuboot.checks.base import (
 )
 from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.checks.thresholds import band, measurement
-from gpuboot.collect import Evidence
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.dcgmi import (
     harness_fault,

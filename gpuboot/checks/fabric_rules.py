@@ -6,6 +6,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import ecn_file
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
@@ -19,7 +21,6 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.checks.smi import gpu_inventory, incomplete
-from gpuboot.collect import Evidence, ecn_file
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.checks.base import (
     PASS,
     SYSTEMD_STATES,
@@ -26,7 +28,6 @@ from gpuboot.checks.smi import (
     smi_q,
 )
 from gpuboot.checks.stack_rules import installed_packages, nvidia_version
-from gpuboot.collect import MIG_LGI_FILE, Evidence
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log

@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import LSPCI_GPU_FILE as GPU_FILE
+from gpuboot.bundle.names import LSPCI_NIC_FILE as NIC_FILE
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
@@ -26,9 +29,6 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.checks.smi import gpu_table
-from gpuboot.collect import LSPCI_GPU_FILE as GPU_FILE
-from gpuboot.collect import LSPCI_NIC_FILE as NIC_FILE
-from gpuboot.collect import Evidence
 from gpuboot.errors import ParseError
 from gpuboot.evidence import lspci
 from gpuboot.evidence.ibstat import parse_ibstat

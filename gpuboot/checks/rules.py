@@ -9,6 +9,7 @@ reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``R
 
 from __future__ import annotations
 
+from gpuboot.bundle.model import Evidence
 from gpuboot.checks import (
     bw_rules,
     fabric_rules,
@@ -32,7 +33,6 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
     probe,
     start_node,
 )
-from gpuboot.collect import Evidence
 from gpuboot.components import Table
 from gpuboot.errors import ConfigError, GpubootError
 from gpuboot.evidence.forms import patterns as _forms  # every form of a tool's output

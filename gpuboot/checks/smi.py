@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.checks.base import MissingEvidence, ProbeFailed, agree, forms_in, parsed
-from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence.nvidia_smi_csv import CsvGpuRow, parse_query_gpu_csv
 from gpuboot.evidence.nvidia_smi_q import (

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
@@ -26,7 +27,6 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
-from gpuboot.collect import Evidence, ProbeOutput
 from gpuboot.errors import ParseError
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (

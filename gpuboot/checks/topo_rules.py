@@ -18,8 +18,9 @@ GPUs are matched by index, so a matrix short of the profile's GPUs is not judged
 
 from __future__ import annotations
 
+from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import TOPO_FILE
 from gpuboot.checks.base import FAIL, WARN, NodeContext, Result, not_applicable, probe
-from gpuboot.collect import TOPO_FILE, Evidence
 from gpuboot.evidence.topo import TopoMatrix, parse_topo_matrix
 
 DEFAULT_RAIL_LINKS = ("PIX", "PXB")

@@ -68,7 +68,8 @@ def stack_of(report: dict[str, Any], node: dict[str, Any], cert: CertInfo | None
         return str(node["stack"])
     pins: Any = {}
     if report.get("bundle"):
-        from gpuboot.collect import META, is_safe_name, parse_meta, read_file_capped
+        from gpuboot.bundle.names import META, is_safe_name
+        from gpuboot.bundle.store import parse_meta, read_file_capped
 
         host_dir = Path(str(report["bundle"])) / str(node.get("host"))
         try:  # a regular file within the cap, never a link or a FIFO

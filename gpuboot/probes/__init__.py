@@ -15,10 +15,22 @@ GPU is one whole-GPU instance: their rules are not applicable there, with the re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from gpuboot.collect import Probe
 from gpuboot.errors import BadInput
+
+PROBE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One command a node runs; its stdout becomes the bundle file ``file``."""
+
+    file: str  # evidence file name: the command with spaces as "_" (gpuboot.bundle.names)
+    command: str  # may use {procfs} and {sysfs}
+    timeout: int = PROBE_TIMEOUT_S
+
 
 LEVELS = ("none", "quick", "full")
 DEFAULT_LEVEL = "quick"

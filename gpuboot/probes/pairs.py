@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuboot.collect import ProbeOutput
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import tcpbw

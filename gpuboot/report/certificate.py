@@ -34,8 +34,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gpuboot import __version__
+from gpuboot.bundle.names import META, is_safe_name
+from gpuboot.bundle.store import parse_meta, read_file_capped
 from gpuboot.checks.rules import RULES
-from gpuboot.collect import META, is_safe_name, parse_meta, read_file_capped
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.report._util import (
     ERROR,
@@ -238,7 +239,7 @@ def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, 
     """The host's profile as evaluate resolves it: a file of the host directory the run's
     manifest lists (``listed``, already checked against its hash: a profile slipped in
     later must not lower the requirements) or a shipped profile; None when it cannot be had."""
-    from gpuboot.certify import _bundle_profile  # certify's imports: only when issuing
+    from gpuboot.bundle.profile import bundle_profile  # yaml: only when issuing
 
     own = name is not None and f"{host_dir.name}/{name}" in listed
     try:
@@ -246,7 +247,7 @@ def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, 
     except GpubootError:
         return None
     try:
-        return _bundle_profile(host_dir.name, {"profile": name}, files)
+        return bundle_profile(host_dir.name, {"profile": name}, files)
     except (GpubootError, OSError):
         return None
 

@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import Evidence, script, state_probes, unpack
+from gpuboot.collect import script, state_probes, unpack
 from gpuboot.probes import node_probes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))

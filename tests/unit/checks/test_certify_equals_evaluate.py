@@ -2,7 +2,7 @@
 status and reason, at each probe level and for the lab's fault kinds.
 
 The node is the unit-test emulator (tests/unit/checks/_emunode.py); the run is certify's
-own pipeline minus SSH: the collection script, the host's meta.json (bundle_meta.node_meta),
+own pipeline minus SSH: the collection script, the host's meta.json (gpuboot.bundle.meta.node_meta),
 the pair phase, the rules with the node fixture's context, write_host_bundle and the
 manifest; then evaluate_bundle re-reads the bundle.
 """
@@ -14,11 +14,14 @@ import time
 import pytest
 from _emunode import STACK_VARS, Daemon, collect, dpkg_line, full_node
 
-from gpuboot.bundle_meta import node_meta
-from gpuboot.certify import _manifest, _node_report, evaluate_bundle
+from gpuboot.bundle.manifest import write_manifest
+from gpuboot.bundle.meta import node_meta
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.store import bundle_host_dir, write_host_bundle
+from gpuboot.certify import _node_report, evaluate_bundle
 from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
-from gpuboot.collect import ProbeOutput, bundle_host_dir, state_probes, write_host_bundle
+from gpuboot.collect import state_probes
 from gpuboot.probes import node_probes
 
 PROFILE = "hgx-h100-sxm-8gpu"
@@ -79,7 +82,7 @@ def _certify_one(node, tmp_path, level: str, fault: str | None):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     write_host_bundle(bundle_host_dir(bundle, "emu1"), evidence, entry["meta"])
-    _manifest(bundle, "run-1", [report])
+    write_manifest(bundle, "run-1", [report])
     return findings, report, bundle
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from gpuboot import node_collect as node_fixtures
 from gpuboot import remote
-from gpuboot.collect import Probe
+from gpuboot.probes import Probe
 
 _SSH = "import sys, time; time.sleep(float(sys.argv[1])); print('answered')"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
-from gpuboot.collect import ProbeOutput
 from gpuboot.profiles import load_profile
 
 Q = Path(__file__).parents[2] / "fixtures/bundles/real-pcie-ecc/a100-azure-8gpu/nvidia-smi_-q.txt"

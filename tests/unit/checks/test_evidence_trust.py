@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from _emunode import STACK_VARS, Daemon, collect, full_node
 
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext, probes_matching
-from gpuboot.collect import MIG_LGI_FILE, ProbeOutput
 from gpuboot.probes import PRECONDITIONS
 from gpuboot.profiles import load_profile
 

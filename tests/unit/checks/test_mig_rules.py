@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import MIG_LGI_FILE, ProbeOutput, state_probes
+from gpuboot.collect import state_probes
 from gpuboot.probes import node_probes
 from gpuboot.profiles import load_profile
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuboot.certify import _manifest, evaluate_bundle
+from gpuboot.bundle.manifest import write_manifest
+from gpuboot.bundle.store import read_host_bundle
+from gpuboot.certify import evaluate_bundle
 from gpuboot.checks import fabric_rules, pci_rules, rules, smi, stack_rules
-from gpuboot.collect import read_host_bundle
 from gpuboot.profiles import load_profile
 
 NODE = Path(__file__).parents[2] / "fixtures" / "evaluate" / "lab-h100-550-quick" / "node1"
@@ -75,7 +76,7 @@ def test_evaluate_of_a_real_node_is_unchanged_by_the_memo(tmp_path):
     """The memo changes how often a file is parsed, not what any rule finds."""
     shutil.copytree(NODE, tmp_path / "node1")
     shutil.copytree(NODE, tmp_path / "node2")
-    _manifest(tmp_path, "test", [])
+    write_manifest(tmp_path, "test", [])
     doc = evaluate_bundle(str(tmp_path))
     assert doc["manifest"] == "verified" and doc["passed"]
     first, second = ([(f["rule"], f["status"]) for f in n["findings"]] for n in doc["nodes"])

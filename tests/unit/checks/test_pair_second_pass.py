@@ -4,9 +4,9 @@ partner is cleared and its PASS says why."""
 
 from __future__ import annotations
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks.base import NodeContext
 from gpuboot.checks.bw_rules import check_tcp_bw
-from gpuboot.collect import ProbeOutput
 from gpuboot.probes import pairs
 from gpuboot.profiles import load_profile
 

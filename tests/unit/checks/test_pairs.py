@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks.base import NodeContext
 from gpuboot.checks.bw_rules import check_ib_write_bw, check_tcp_bw
 from gpuboot.checks.pair_phase import run_pair_probes
-from gpuboot.collect import ProbeOutput
 from gpuboot.probes import pairs, tcpbw
 from gpuboot.profiles import load_profile
 

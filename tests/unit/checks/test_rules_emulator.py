@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from _emunode import Daemon, collect, ctx, dpkg_line, full_node, set_ecn
 
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.checks import rules
-from gpuboot.collect import MIG_LGI_FILE, ProbeOutput
 
 
 def _judge(node, tmp_path, level="none", faults=(), drop=(), fm=True, **hostvars):

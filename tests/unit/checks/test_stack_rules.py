@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import ProbeOutput
 from gpuboot.stacks import load_stack, role_vars
 
 DPKG = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "dpkg"

@@ -25,11 +25,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from gpuboot import collect
-from gpuboot.bundle_meta import BUNDLE_VARS
-from gpuboot.certify import _manifest, _node_report, evaluate_bundle
+from gpuboot.bundle import store
+from gpuboot.bundle.manifest import write_manifest
+from gpuboot.bundle.meta import BUNDLE_VARS
+from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.store import read_host_bundle, write_host_bundle
+from gpuboot.certify import _node_report, evaluate_bundle
 from gpuboot.checks import rules
-from gpuboot.collect import ProbeOutput, write_host_bundle
 from gpuboot.node_collect import collect_node
 from gpuboot.profiles import PROFILE_DIR
 
@@ -57,7 +59,7 @@ def _small_bundle(root: Path, hosts=("n1", "n2")) -> Path:
         pins = {"nvidia_fabricmanager_enabled": True}
         meta = {"host": host, "profile": PROFILE, "probes": "none", "pins": pins}
         write_host_bundle(bundle / host, ev, meta)
-    _manifest(bundle, "run-1", [])
+    write_manifest(bundle, "run-1", [])
     return bundle
 
 
@@ -99,7 +101,7 @@ def emu_bundle(tmp_path_factory) -> tuple[Path, str]:
     assert {f.rule for f in found if f.status not in ("PASS", "SKIPPED")} == {"XID-001"}
     bundle = tmp / "bundle"
     write_host_bundle(bundle / "emu1", ev, meta)
-    _manifest(bundle, "run-1", [_node_report("emu1", found)])
+    write_manifest(bundle, "run-1", [_node_report("emu1", found)])
     return bundle, xid
 
 
@@ -184,7 +186,7 @@ def test_manifest_does_not_follow_links_and_is_private(tmp_path):
     write_host_bundle(bundle / "n1", {"dmesg.txt": ProbeOutput("x\n", "", 0)}, {})
     os.symlink(secret, bundle / "n1" / "link.txt")
     os.symlink(tmp_path, bundle / "n1" / "linkdir")
-    _manifest(bundle, "run-1", [])
+    write_manifest(bundle, "run-1", [])
     manifest = json.loads((bundle / "MANIFEST.json").read_text())
     assert set(manifest["files"]) == {"n1/dmesg.txt", "n1/meta.json"}
     assert stat.S_IMODE((bundle / "MANIFEST.json").stat().st_mode) == 0o600
@@ -238,7 +240,7 @@ def test_a_linked_host_directory_is_not_followed(tmp_path):
 
 def test_an_oversized_file_makes_only_its_host_error(tmp_path, monkeypatch):
     bundle = _small_bundle(tmp_path)
-    monkeypatch.setattr(collect, "MAX_FILE_BYTES", 4096)
+    monkeypatch.setattr(store, "MAX_FILE_BYTES", 4096)
     (bundle / "n1" / "dmesg.txt").write_bytes(b"x" * 5000)
     doc = evaluate_bundle(str(bundle), ignore_manifest=True)
     assert _node(doc, "n1")["verdict"] == "ERROR"
@@ -260,7 +262,7 @@ def test_a_malformed_meta_json_makes_its_host_error(tmp_path, meta_text):
 
 def test_meta_json_size_is_bounded(tmp_path, monkeypatch):
     bundle = _small_bundle(tmp_path)
-    monkeypatch.setattr(collect, "MAX_META_BYTES", 100)
+    monkeypatch.setattr(store, "MAX_META_BYTES", 100)
     doc = evaluate_bundle(str(bundle), ignore_manifest=True)
     assert all("meta.json over" in next(iter(_reasons(n))) for n in doc["nodes"])
 
@@ -318,7 +320,7 @@ def test_an_old_bundle_keeps_its_per_file_rc(tmp_path):
     (host / "meta.json").write_text(
         json.dumps({"probes": {"dmesg.txt": {"rc": 124, "stderr": "t"}}})
     )
-    evidence, meta = collect.read_host_bundle(host)
+    evidence, meta = read_host_bundle(host)
     assert evidence["dmesg.txt"].rc == 124 and "probes" not in meta
 
 

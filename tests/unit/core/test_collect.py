@@ -2,7 +2,8 @@
 
 import subprocess
 
-from gpuboot.collect import PROBES, read_host_bundle, script, unpack, write_host_bundle
+from gpuboot.bundle.store import read_host_bundle, write_host_bundle
+from gpuboot.collect import PROBES, script, unpack
 
 
 def test_script_returns_every_probe_with_exact_stdout_and_rc(tmp_path):

@@ -16,7 +16,8 @@ import re
 import pytest
 import yaml
 
-from gpuboot import bundle_meta, paths
+from gpuboot import paths
+from gpuboot.bundle import meta as bundle_meta
 from gpuboot.checks.rules import check_table_rules
 from gpuboot.components import OS_FAMILIES, TABLE, load
 from gpuboot.errors import ConfigError

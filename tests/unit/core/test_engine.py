@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuboot import certify, cli, engine, inventory, remote, transport
+from gpuboot.bundle.names import MANIFEST, META
 from gpuboot.checks import rules
-from gpuboot.collect import MANIFEST, META
 
 PINS = (
     "gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_probes: none, "

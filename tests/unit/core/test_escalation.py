@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuboot import certify, cli, escalation, scan
-from gpuboot.collect import ProbeOutput
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.k8s import labels as L
 from gpuboot.k8s.decision import decide
 from gpuboot.report import prometheus

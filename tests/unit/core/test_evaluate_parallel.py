@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuboot import certify
+from gpuboot.bundle.manifest import write_manifest
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "bundles"
 SOURCES = ["real-h100-healthy", "real-xid", "real-nvlink", "real-pcie-ecc"]
@@ -23,7 +24,7 @@ def fleet_bundle(tmp_path):
     root = tmp_path / "bundle"
     for i in range(80):
         shutil.copytree(hosts[i % len(hosts)], root / f"node{i}")
-    certify._manifest(root, "fleet", [])
+    write_manifest(root, "fleet", [])
     meta = root / "node7" / "meta.json"
     meta.write_text(meta.read_text() + " ")  # changed after the run: must be ERROR
     return root

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpuboot import certify, profiles
+from gpuboot.bundle import profile as bundle_profile
+from gpuboot.bundle.manifest import write_manifest
+from gpuboot.bundle.profile import SHIPPED
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "bundles"
 
@@ -25,19 +28,19 @@ def bundle(tmp_path):
     root = tmp_path / "bundle"
     for i in range(24):
         shutil.copytree(hosts[i % len(hosts)], root / f"node{i}")
-    certify._manifest(root, "shared", [])
+    write_manifest(root, "shared", [])
     return root
 
 
 def test_each_shipped_profile_is_loaded_once_per_run(bundle, monkeypatch):
     calls: list[str] = []
-    real = certify.load_profile
+    real = bundle_profile.load_profile
 
     def counting(name):
         calls.append(str(name))
         return real(name)
 
-    monkeypatch.setattr(certify, "load_profile", counting)
+    monkeypatch.setattr(bundle_profile, "load_profile", counting)
     report = certify.evaluate_bundle(str(bundle))
     assert len(report["nodes"]) == 24
     assert calls, "the bundle names shipped profiles"
@@ -45,8 +48,8 @@ def test_each_shipped_profile_is_loaded_once_per_run(bundle, monkeypatch):
 
 
 def test_judging_leaves_the_shared_profile_unchanged(bundle, monkeypatch):
-    monkeypatch.setattr(certify, "PARALLEL_FROM_HOSTS", 10**9)  # same process: see _SHIPPED
+    monkeypatch.setattr(certify, "PARALLEL_FROM_HOSTS", 10**9)  # same process: see SHIPPED
     certify.evaluate_bundle(str(bundle))
-    assert certify._SHIPPED
-    for name, shared in certify._SHIPPED.items():
+    assert SHIPPED
+    for name, shared in SHIPPED.items():
         assert shared == profiles.load_profile(name), f"judging changed profile {name}"

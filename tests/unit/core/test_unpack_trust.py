@@ -14,15 +14,9 @@ import tarfile
 import pytest
 
 from gpuboot import collect
-from gpuboot.collect import (
-    PROBES,
-    ProbeOutput,
-    bundle_host_dir,
-    read_host_bundle,
-    script,
-    unpack,
-    write_host_bundle,
-)
+from gpuboot.bundle.model import BundleError, ProbeOutput
+from gpuboot.bundle.store import bundle_host_dir, read_host_bundle, write_host_bundle
+from gpuboot.collect import PROBES, script, unpack
 from gpuboot.errors import GpubootError
 
 DMESG = "dmesg.txt"
@@ -165,16 +159,16 @@ def test_real_script_answer_is_accepted_with_its_expected_set(tmp_path):
 
 @pytest.mark.parametrize("host", ["..", ".", "", "a/b", "/etc", "x\0y"])
 def test_host_dir_must_be_one_safe_component(tmp_path, host):
-    with pytest.raises(collect.BundleError):
+    with pytest.raises(BundleError):
         bundle_host_dir(tmp_path, host)
 
 
 def test_write_host_bundle_refuses_unsafe_names(tmp_path):
-    with pytest.raises(collect.BundleError):
+    with pytest.raises(BundleError):
         write_host_bundle(tmp_path / "b" / "n1", {"../x.txt": ProbeOutput("x", "", 0)}, {})
-    with pytest.raises(collect.BundleError):
+    with pytest.raises(BundleError):
         write_host_bundle(tmp_path / "b" / "..", {DMESG: ProbeOutput("x", "", 0)}, {})
-    with pytest.raises(collect.BundleError):
+    with pytest.raises(BundleError):
         write_host_bundle(tmp_path / "b" / "n1", {"meta.json": ProbeOutput("{}", "", 0)}, {})
     assert not (tmp_path / "x.txt").exists()
 

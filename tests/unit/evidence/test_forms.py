@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.certify import evaluate_bundle
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import ProbeOutput
 from gpuboot.evidence.forms import files_of
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.profiles import load_profile

@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checks"))
 from _emunode import Daemon, ctx, full_node
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
-from gpuboot.collect import ProbeOutput
 from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.nvlink import (

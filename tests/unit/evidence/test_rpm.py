@@ -9,9 +9,10 @@ import json
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import PROBES, ProbeOutput
+from gpuboot.collect import PROBES
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
     DNF_AUTOMATIC_TIMERS,

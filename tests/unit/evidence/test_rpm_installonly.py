@@ -11,9 +11,9 @@ from gpuboot.ansible.collections.ansible_collections.gpuboot.node.plugins.module
     RpmParseError,
     parse_module_profiles,
 )
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import ProbeOutput
 from gpuboot.evidence.packages import (
     installed_profiles,
     installed_rpm_versions,

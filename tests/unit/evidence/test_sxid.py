@@ -4,9 +4,9 @@ judged by XID-002: fatal FAIL, non-fatal WARN once one link repeats it SXID_WARN
 
 from __future__ import annotations
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import ProbeOutput
 from gpuboot.evidence.kernel_log import parse_kernel_log
 
 

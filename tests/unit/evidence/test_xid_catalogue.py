@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext
-from gpuboot.collect import ProbeOutput
 from gpuboot.evidence import xid_catalog
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.xid_catalog import XID_CATALOG, xid_info

@@ -1,5 +1,5 @@
-"""What a bundle records besides the raw evidence: each host's meta.json (the context
-`gpuboot evaluate` needs to judge as certify did) and the run's MANIFEST.json.
+"""A host's meta.json: the context `gpuboot evaluate` needs to judge its evidence as
+certify did.
 
 meta.json keeps an allow-list of the host's variables, never one named like a secret:
 an inventory also holds mirror URLs with credentials, tokens and passwords.
@@ -7,19 +7,14 @@ an inventory also holds mirror URLs with credentials, tokens and passwords.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
-import stat
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from gpuboot import __version__, paths
-from gpuboot.collect import MANIFEST, Probe
+from gpuboot import __version__
 from gpuboot.components import components
+from gpuboot.probes import Probe
 
 # What meta.json's "pins" records of a host's variables: exactly what the rules read
 # (ctx.var / ctx.enabled / hostvars in gpuboot/checks and gpuboot/probes) and the
@@ -90,40 +85,3 @@ def node_meta(
         "probes": level,
         "commands": {p.file: p.command for p in probes},
     }
-
-
-def _sha256_file(path: Path) -> str | None:
-    """The file's sha256, or None for anything but a regular file (never through a link)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        digest = hashlib.sha256()
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def write_manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
-    """MANIFEST.json: every regular file's sha256 (links are not followed nor listed:
-    evaluate refuses them), written 0600; the bundle tree stays the operator's (0700).
-    ``reports`` are node reports ({host, verdict, ...}): the run's hosts and verdicts."""
-    files = {}
-    for top, dirs, names in os.walk(bundle):  # never descends through a linked directory
-        dirs.sort()
-        for name in sorted(names):
-            rel = str((Path(top) / name).relative_to(bundle))
-            if rel != MANIFEST and (digest := _sha256_file(Path(top) / name)) is not None:
-                files[rel] = digest
-    manifest = {
-        "run_id": run_id,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpuboot": __version__,
-        "hosts": {r["host"]: r["verdict"] for r in reports},
-        "files": files,
-    }
-    paths.private_dir(bundle)
-    paths.write_private(bundle / MANIFEST, json.dumps(manifest, indent=2))

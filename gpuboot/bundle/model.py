@@ -1,0 +1,32 @@
+"""What a bundle holds for a host, the caps on it, and the error when it cannot be trusted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuboot.errors import GpubootError
+
+# What a node may send back, and what evaluate reads from a bundle: a node (and a bundle
+# that left the controller) is less trusted than the controller, so its answer is data
+# within limits, never a path to write or a file to follow.
+MAX_FILE_BYTES = 64 * 1024 * 1024  # one probe file
+MAX_NODE_BYTES = 256 * 1024 * 1024  # all of a node's files together
+MAX_STDERR_KEPT = 64 * 1024  # a probe's stderr is read for its first line only
+MAX_META_BYTES = 16 * 1024 * 1024  # meta.json (per-file rc/stderr included)
+MAX_PROFILE_BYTES = 1024 * 1024  # a host's own SKU profile
+
+
+class BundleError(GpubootError):
+    """A host's evidence cannot be kept or read back safely (an unsafe name; links, special
+    files, oversize, malformed meta.json in a bundle): that host is ERROR, the others are
+    judged."""
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    stdout: str
+    stderr: str
+    rc: int
+
+
+Evidence = dict[str, ProbeOutput]  # probe file name -> what its command printed
