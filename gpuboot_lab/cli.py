@@ -1,5 +1,5 @@
 """`gpuboot lab ...`: the lab's verbs, added to the gpuboot CLI through the entry point
-group ``gpuboot.verbs`` (pyproject.toml), so the product never imports the lab.
+group ``gpuboot.verbs`` (lab/pyproject.toml), so the product never imports the lab.
 
 The verbs follow gpuboot.cli's contract: they return an Outcome and raise GpubootError;
 only gpuboot.cli prints or exits. Lab modules are imported inside the verbs (quick --help).
