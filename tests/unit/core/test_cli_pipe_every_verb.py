@@ -21,6 +21,7 @@ MISSING = "/nonexistent/inventory.yml"
 CASES = {
     "install": (["install", "-i", MISSING], 2),
     "certify": (["certify", "--gen-key", "{tmp}/key.pem"], 0),
+    "cert": (["cert", "keygen", "{tmp}/key.pem"], 0),
     "scan": (["scan", "-i", MISSING], 2),
     "matrix": (["matrix", "list"], 0),
     "plan": (["plan", "-i", MISSING], 2),

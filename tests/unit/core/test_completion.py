@@ -50,7 +50,8 @@ def complete(script: str, *words: str) -> list[str]:
 
 
 def test_verbs_complete(script):
-    assert complete(script, "gpuboot", "cer") == ["certify"]
+    assert complete(script, "gpuboot", "certi") == ["certify"]
+    assert sorted(complete(script, "gpuboot", "cer")) == ["cert", "certify"]
     assert set(complete(script, "gpuboot", "")) >= {"install", "certify", "scan", "runs", "help"}
 
 
@@ -64,6 +65,8 @@ def test_choices_of_options_and_positionals_complete(script):
     assert complete(script, "gpuboot", "certify", "--probes", "") == ["none", "quick", "full"]
     assert complete(script, "gpuboot", "matrix", "ch") == ["check"]
     assert complete(script, "gpuboot", "completion", "") == ["bash", "zsh"]
+    assert complete(script, "gpuboot", "cert", "") == ["keygen", "verify"]
+    assert complete(script, "gpuboot", "cert", "verify", "--pu") == ["--pubkey"]
 
 
 def test_every_verb_and_option_of_the_parser_is_in_the_script(script):

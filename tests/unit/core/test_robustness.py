@@ -293,7 +293,9 @@ def test_cli_names_a_full_disk(monkeypatch, capsys):
     def full(_args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/var/lib/x/report.json")
 
-    monkeypatch.setattr(cli, "cmd_evaluate", full)  # build_parser looks it up at each call
+    from gpuboot.cli import evaluate
+
+    monkeypatch.setattr(evaluate, "run", full)  # register looks it up at each parser build
     code = cli.main(["evaluate", "--bundle", "b"])
     err = capsys.readouterr().err
     assert code == 3 and "disk full" in err and "/var/lib/x/report.json" in err

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuboot.calibrate import calibrate
 from gpuboot.checks import base, rules, stack_rules
-from gpuboot.cli import _verdict_text
+from gpuboot.cli.render import verdict_text
 from gpuboot.report import certificate, html, junit, prometheus
 
 from .conftest import NOW
@@ -56,7 +56,7 @@ def test_verdict_ignores_skipped_but_nothing_checked_is_not_pass():
 
 
 def test_cli_text_counts_passed_and_skipped():
-    text = _verdict_text(_mixed())
+    text = verdict_text(_mixed())
     assert "2 passed, 1 skipped" in text
     assert "checks passed" not in text
     assert "SKIPPED BW-001" in text and SKIP_REASON in text
@@ -64,7 +64,7 @@ def test_cli_text_counts_passed_and_skipped():
 
 def test_cli_text_names_a_node_where_nothing_was_checked():
     report = _report([_finding("BW-001", "SKIPPED", SKIP_REASON)], verdict="ERROR")
-    assert "nothing was checked: 1 check(s) skipped" in _verdict_text(report)
+    assert "nothing was checked: 1 check(s) skipped" in verdict_text(report)
 
 
 def test_junit_skipped_element_with_reason():
@@ -115,11 +115,11 @@ def test_calibration_counts_a_skipped_state_check_as_healthy():
 
 
 def test_the_same_skip_on_many_nodes_is_one_line():
-    from gpuboot.cli import _verdict_text
+    from gpuboot.cli.render import verdict_text
 
     node = _report([_finding("GPU-001"), _finding("BW-001", "SKIPPED", SKIP_REASON)])["nodes"][0]
     nodes = [{**node, "host": f"node{i}"} for i in range(300)]
-    text = _verdict_text({"nodes": nodes})
+    text = verdict_text({"nodes": nodes})
     assert text.count("SKIPPED BW-001") == 1
     assert "(300 nodes)" in text
     assert len(text.splitlines()) < 310  # header, one row per node, the grouped skip

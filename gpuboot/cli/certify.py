@@ -1,0 +1,149 @@
+"""`gpuboot certify -i INVENTORY`: each node checked (and probed) against its profile,
+evidence collected, reports and certificates written, the join gate applied."""
+
+from __future__ import annotations
+
+import sys
+
+from gpuboot.cli import cert, options
+from gpuboot.cli.outcome import Outcome, deprecated
+from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
+
+
+def register(verbs, common) -> None:
+    p = verbs.add_parser(
+        "certify",
+        parents=[
+            common,
+            options.targets(required=False),
+            options.probes(
+                default=None,
+                help="bandwidth probing (default: each host's gpuboot_probes, else quick)",
+            ),
+            options.k8s(kubeconfig_help="apply the join gate: untaint PASS nodes, cordon others"),
+            options.allow_partial(where="in the --kubeconfig join gate (and in --verify)"),
+            # with the old spellings of `gpuboot cert verify|keygen`, kept working
+            options.verify(with_flag="with --verify: "),
+        ],
+        help="check each node against its profile; collect evidence",
+    )
+    p.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
+    p.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
+    p.add_argument(
+        "--cert-validity-days",
+        type=int,
+        default=30,  # certificate.DEFAULT_VALIDITY_DAYS; MAX_VALIDITY_DAYS is checked
+        help="days a certificate is valid (default 30, at most 365)",
+    )
+    p.add_argument("--allow-warn", action="store_true", help="certify WARN nodes too")
+    p.add_argument(
+        "--calibrate",
+        metavar="FILE",
+        help="write a gpuboot_thresholds baseline from the healthy nodes",
+    )
+    p.add_argument("--calibrate-min-nodes", type=int, default=3)
+    p.add_argument("--verify", metavar="CERT", help="deprecated: `gpuboot cert verify CERT`")
+    p.add_argument("--gen-key", metavar="PATH", help="deprecated: `gpuboot cert keygen PATH`")
+    p.set_defaults(func=run)
+
+
+def run(args) -> Outcome:
+    if args.gen_key:
+        deprecated("certify --gen-key PATH", "gpuboot cert keygen PATH")
+        return cert.keygen(args.gen_key)
+    if args.verify:
+        deprecated("certify --verify CERT", "gpuboot cert verify CERT")
+        return cert.verify(args.verify, args, label="--verify")
+    if not args.inventory:
+        raise BadInput(
+            "certify needs -i INVENTORY (or --verify CERT, or --gen-key PATH)",
+            where="gpuboot certify",
+            hint="see `gpuboot certify --help`",
+        )
+    from gpuboot.cli import preflight
+    from gpuboot.report import certificate
+
+    certificate.check_validity_days(args.cert_validity_days)  # before any host is touched
+    if args.sign_key:  # a key that cannot sign is found now, not after every node's probes
+        certificate.load_private_key(args.sign_key)
+    if args.calibrate:
+        preflight.check_output_file(args.calibrate, "--calibrate")
+    if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
+        preflight.check_kubeconfig(args)
+    from gpuboot.inventory import load_inventory
+    from gpuboot.locks import hold_inventory
+
+    inv = load_inventory(args.inventory)  # read once: the lock, the run and the gate use it
+    # The probes need idle GPUs and the gate changes taints: one such run per node.
+    with hold_inventory(inv, args.limit, "certify"):
+        return _certify_inventory(args, inv)
+
+
+def _certify_inventory(args, inv) -> Outcome:
+    """certify -i: checks and probes, reports, certificates, the gate."""
+    from pathlib import Path
+
+    from gpuboot import certify
+    from gpuboot.cli import gate, render
+    from gpuboot.ids import link_report
+    from gpuboot.progress import live_run
+    from gpuboot.report import write_reports
+
+    with live_run(sys.stderr, "certify", quiet=args.quiet) as progress:
+        report = certify.certify(
+            inv,
+            limit=args.limit,
+            bundle_root=args.bundle_dir,
+            progress=progress,
+            probes=args.probes,
+        )
+    link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
+    written = write_reports(
+        report,
+        Path(report["run_dir"]) / "reports",
+        key_path=Path(args.sign_key) if args.sign_key else None,
+        validity_days=args.cert_validity_days,
+        allow_warn=args.allow_warn,
+    )
+    report["reports"] = {name: str(path) for name, path in written.items()}
+    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    text = render.verdict_text(report) + f"\nreport: {written['html']}"
+    certs = [p for name, p in written.items() if name.startswith("certificate:")]
+    if certs:
+        text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+        text += render.partial_text(certs)
+    if args.calibrate:
+        text += _calibrate(args, report)
+    if args.kubeconfig:
+        actions, gate_ok = gate.apply(
+            args, inv, report, allow_warn=args.allow_warn, allow_partial=args.allow_partial
+        )
+        report["k8s_gate"] = [a.to_dict() for a in actions]
+        text += render.gate_text(actions)
+        code = code if gate_ok else EXIT_NODE_FAILED
+    return Outcome(code, report, text)
+
+
+def _calibrate(args, report) -> str:
+    """--calibrate FILE: the healthy nodes' medians as a thresholds file; the lines saying so."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpuboot.calibrate import calibrate
+
+    baseline = calibrate(report, min_nodes=args.calibrate_min_nodes)
+    Path(args.calibrate).write_text(
+        "# gpuboot certify --calibrate: medians of hardware-healthy nodes\n"
+        f"# ({', '.join(baseline['healthy_nodes']) or 'none'}); review, then use as\n"
+        "# group_vars for these nodes.\n"
+        + yaml.safe_dump({"gpuboot_thresholds": baseline["gpuboot_thresholds"]})
+    )
+    report["calibration"] = {**baseline, "file": args.calibrate}
+    text = (
+        f"\ncalibration: {len(baseline['gpuboot_thresholds'])} figure(s) from "
+        f"{len(baseline['healthy_nodes'])} node(s) -> {args.calibrate}"
+    )
+    for figure, why in baseline["skipped"].items():
+        text += f"\n  {figure} not calibrated: {why}"
+    return text

@@ -1,0 +1,33 @@
+"""What every verb shares: the Outcome it hands back and the stderr lines it may write."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class Outcome:
+    """What a verb hands back: an exit code, a JSON document and the human text."""
+
+    def __init__(self, code: int, doc: dict[str, Any], text: str = ""):
+        self.code, self.doc, self.text = code, doc, text
+
+
+def err(msg: str) -> None:
+    from gpuboot.ui import printable
+
+    sys.stderr.write(printable(msg) + "\n")
+    sys.stderr.flush()
+
+
+def progress(args) -> Callable[[str], None]:
+    """Progress and warnings on stderr, silenced by -q."""
+    if getattr(args, "quiet", False):
+        return lambda _msg: None
+    return lambda msg: err(f"gpuboot: {msg}")
+
+
+def deprecated(old: str, new: str) -> None:
+    """One line on stderr, -q or not: the old spelling still works, once more."""
+    err(f"gpuboot: `{old}` is deprecated: use `{new}`")

@@ -1,0 +1,44 @@
+"""Checks a verb makes before it touches any host: what it will write, the kubeconfig.
+Bad input is refused while nothing has happened yet."""
+
+from __future__ import annotations
+
+import os
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """An existing directory this user can create files in (tried, not guessed: root
+    passes every permission check but not a read-only mount)."""
+    import tempfile
+
+    from gpuboot.errors import BadInput
+
+    if not os.path.isdir(path):
+        raise BadInput(
+            "is not an existing directory", where=f"{flag} {path}", hint="create it first"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".gpuboot-write-check-"):
+            pass
+    except OSError as exc:
+        raise BadInput(
+            f"cannot write there: {exc.strerror or exc}",
+            where=f"{flag} {path}",
+            hint="pick a directory this user can write to",
+        ) from exc
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """A file gpuboot may (over)write: in a writable directory, not a directory itself."""
+    from gpuboot.errors import BadInput
+
+    if os.path.isdir(path):
+        raise BadInput("is a directory", where=f"{flag} {path}", hint="name a file")
+    check_output_dir(os.path.dirname(os.path.abspath(path)), flag)
+
+
+def check_kubeconfig(args) -> None:
+    """The check install makes before touching a host: the kubeconfig loads."""
+    from gpuboot.k8s.gate import connect
+
+    connect(args.kubeconfig, args.k8s_context)

@@ -1,0 +1,244 @@
+"""Human text of the verbs' results (tables and lines); pure: the boundary prints it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuboot.ui import host_ranges, printable, table
+
+
+# ---------------------------------------------------------------- install
+def install_text(result, args) -> str:
+    rollout = result.rollout
+    if not result.hosts:
+        return f"nothing to resume: every host of run {result.resumed_from} converged"
+    from gpuboot.ui import host_table
+
+    text = host_table(result.hosts)  # failures first, identical results folded
+    batches = -(-len(rollout.hosts) // rollout.batch_size)
+    text += (
+        f"\n{len(result.hosts)} host(s) in {batches} batch(es), {result.elapsed_s:.1f}s;"
+        f" run dir {result.run_dir}"
+    )
+    for d in result.drained.values():
+        if d.error:
+            what = d.error
+        elif not d.member:
+            what = "not in the cluster: nothing to drain"
+        else:
+            what = f"cordoned and drained ({len(d.evicted)} pod(s) evicted); back after certify"
+        text += f"\nk8s {d.node}: {what}"
+    if result.would_drain:
+        text += f"\nwould cordon and drain (stack changes): {', '.join(result.would_drain)}"
+    if rollout.stopped:
+        text += f"\nrollout stopped: {rollout.stopped}"
+    if rollout.failed or rollout.pending:
+        text += f"\nonce fixed: gpuboot install -i {args.inventory} --resume {result.run_id}"
+    if result.diff is not None:  # --diff: the differences per change set, then the table
+        from gpuboot import diffview
+
+        text = (
+            f"{diffview.render(result.diff, check=args.check)}\n\n{text}\n"
+            f"{diffview.summary(result.diff, check=args.check)}; "
+            f"whole diff: {result.run_dir / diffview.FILE_NAME}"
+        )
+    return text
+
+
+# ---------------------------------------------------------------- matrix / runs
+def stacks_table(rows: list[dict[str, Any]]) -> str:
+    return table(
+        ("stack", "driver", "cuda", "doca-ofed", "profiles", "violations"),
+        [
+            (
+                r["stack"],
+                r["driver"],
+                r["cuda"],
+                r["doca_ofed"] or "-",
+                ",".join(r["profiles"]),
+                r["violations"],
+            )
+            for r in rows
+        ],
+    )
+
+
+def stack_text(doc: dict[str, Any]) -> str:
+    return f"{doc['stack']}: {doc['description']}\n" + table(
+        ("component", "version", "packages"),
+        [
+            (
+                c["component"],
+                c["version"] if c["enabled"] else "(disabled)",
+                " ".join(c["packages"]),
+            )
+            for c in doc["components"]
+        ],
+    )
+
+
+def violations_text(doc: dict[str, Any]) -> str:
+    if not doc["violations"]:
+        profiles = ", ".join(p or "any profile" for p in doc["profiles"])
+        return f"{doc['stack']}: compatible with {profiles}"
+    text = "\n".join(
+        f"{v['rule']} {v['where']}: {v['message']}\n    fix: {v['fix']}\n    source: {v['source']}"
+        for v in doc["violations"]
+    )
+    if doc["rules_not_checked"]:
+        text += (
+            "\ncompatibility rules not checked (not judged: each needs a value with a schema "
+            f"fault): {', '.join(doc['rules_not_checked'])}"
+        )
+    return text
+
+
+def runs_table(found) -> str:
+    from gpuboot.runs import human_size
+
+    rows = [
+        (
+            r.id,
+            r.verb,
+            human_size(r.size),
+            "in progress" if r.in_progress else ("newest" if r.newest else ""),
+        )
+        for r in found
+    ]
+    total = human_size(sum(r.size for r in found))
+    return table(("run", "verb", "size", "state"), rows) + f"\n{len(found)} run(s), {total}"
+
+
+def prune_text(doc: dict[str, Any], *, dry_run: bool) -> str:
+    from gpuboot.runs import human_size
+
+    verb = "would free" if dry_run else "freed"
+    done = "would remove" if dry_run else "removed"
+    lines = [f"{done} {r['id']}" for r in doc["removed"]]
+    lines += [f"kept {k['id']}: {k['why']}" for k in doc["kept"] if k["why"] == "in progress"]
+    lines.append(
+        f"{verb} {human_size(doc['freed_bytes'])} in {len(doc['removed'])} run(s);"
+        f" {len(doc['kept'])} kept in {doc['root']}"
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- verdicts
+def _not_passed(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings judged other than PASS, the verdict's own first (SKIPPED ones did not run)."""
+    judged = [f for f in node["findings"] if f["status"] not in ("PASS", "SKIPPED")]
+    return sorted(judged, key=lambda f: f["status"] != node["verdict"])
+
+
+def _checks_summary(node: dict[str, Any]) -> str:
+    statuses = [f["status"] for f in node["findings"]]
+    passed, skipped = statuses.count("PASS"), statuses.count("SKIPPED")
+    if not passed and node["verdict"] == "ERROR":
+        return f"nothing was checked: {skipped} check(s) skipped"
+    return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
+
+
+def _by_reason(findings: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """(status, reason) -> the rules (with their titles when alone) that share it: a node
+    whose evidence could not be read says so once, not once per rule."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for f in findings:
+        groups.setdefault((f["status"], f["reason"]), []).append(f)
+    return {
+        key: [f"{fs[0]['rule']} {fs[0]['title']}"] if len(fs) == 1 else [f["rule"] for f in fs]
+        for key, fs in groups.items()
+    }
+
+
+def _on(hosts: list[str], named: int) -> str:
+    return ", ".join(hosts) if len(hosts) <= named else f"{len(hosts)} nodes"
+
+
+def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+    """Checks that did not run, once per rule and reason with the nodes they concern: the
+    same skip on 300 nodes is one line, not 300."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for node in nodes:
+        for f in node["findings"]:
+            if f["status"] == "SKIPPED":
+                groups.setdefault((f["rule"], f["title"], f["reason"]), []).append(node["host"])
+    return "".join(
+        f"\n  SKIPPED {rule} {title}: {reason} ({_on(hosts, named)})"
+        for (rule, title, reason), hosts in groups.items()
+    )
+
+
+def _remediate_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+    """Per failed rule that tasks make true, the install that runs them alone (ids.link_report
+    put it in the findings), once with the nodes it concerns."""
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        for f in node["findings"]:
+            if f.get("remediate"):
+                groups.setdefault(f["remediate"], []).append(node["host"])
+    return "".join(
+        f"\n  remediate: {command} on {_on(hosts, named)}" for command, hosts in groups.items()
+    )
+
+
+def verdict_text(report: dict[str, Any]) -> str:
+    """Failing nodes first, one row each with their first failed check; passing nodes with
+    identical results folded into one row; then the other failed checks, the remediations
+    and the skipped checks."""
+    from gpuboot.report._util import host_key
+
+    rows, passed = [], {}
+    order = {"FAIL": 0, "ERROR": 1, "WARN": 2}  # failures first; PASS nodes folded below
+    for node in sorted(
+        report["nodes"], key=lambda n: (order.get(n["verdict"], 3), host_key(n["host"]))
+    ):
+        bad = _not_passed(node)
+        if not bad and node["verdict"] == "PASS":
+            passed.setdefault(_checks_summary(node), []).append(node["host"])
+            continue
+        first = bad[0] if bad else None
+        rows.append(
+            (
+                node["host"],
+                node["verdict"],
+                f"{first['rule']} {first['title']}" if first else "",
+                first["reason"] if first else _checks_summary(node),
+            )
+        )
+    for summary, hosts in passed.items():  # identical results: one row ("node[1-37]")
+        count = f"{len(hosts)} nodes: " if len(hosts) > 1 else ""
+        rows.append((host_ranges(hosts), "PASS", "", count + summary))
+    text = table(("node", "verdict", "failed check", "reason"), rows)
+    for node in report["nodes"]:
+        host = printable(node["host"], one_line=True)
+        for (status, reason), rules_ in _by_reason(_not_passed(node)[1:]).items():
+            what = " ".join(rules_) if len(rules_) > 1 else f"{rules_[0]}"
+            text += f"\n  {host}: {status} {what}: {reason}"
+    text += _remediate_text(report["nodes"])
+    text += _skipped_text(report["nodes"])
+    if report.get("bundle"):
+        text += f"\nevidence bundle: {report['bundle']}"
+    return text
+
+
+def partial_text(paths: list[Any]) -> str:
+    """One line per certificate that is partial (the run proved less than the SKU requires):
+    verify and the join gate refuse it."""
+    from gpuboot.report.certificate import partial
+
+    text = ""
+    for path in paths:
+        if gap := partial(json.loads(path.read_text())):
+            text += f"\n  {path.stem}: PARTIAL certificate ({gap}): does not certify the node"
+    return text
+
+
+def gate_text(actions) -> str:
+    """One line per node the Kubernetes join gate looked at."""
+    text = ""
+    for a in actions:
+        missing = "not in the cluster" if a.missing else None
+        what = a.error or missing or "; ".join(a.changes) or "no change"
+        text += f"\nk8s {a.node}: {what}"
+    return text
