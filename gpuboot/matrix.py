@@ -48,7 +48,7 @@ def show(name: str, os_family: str = "debian") -> dict[str, Any]:
         "file": stack.label,
         "profiles": list(stack.profiles),
         "os_family": os_family,
-        "components": [_component_row(c, getattr(stack, c), os_family) for c in COMPONENTS],
+        "components": [_component_row(c, stack.parts[c], os_family) for c in COMPONENTS],
     }
 
 

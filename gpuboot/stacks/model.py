@@ -1,8 +1,10 @@
 """Stack files as data: the frozen model and the schema check that builds it.
 
-A stack pins one supported combination of kernel, NVIDIA driver, fabric manager,
-NSCQ, CUDA, DOCA-OFED, GPUDirect Storage, nvidia_peermem, container toolkit and DCGM,
-with exact package names and versions per OS family. The schema is in README.md.
+A stack pins one supported combination of the components of gpuboot/components.yaml
+(kernel, NVIDIA driver, fabric manager, NSCQ, CUDA, DOCA-OFED, GPUDirect Storage,
+nvidia_peermem, container toolkit, DCGM), with exact package names and versions per OS
+family, as a table keyed by component (``Stack.parts``). An optional component a stack
+file leaves out is disabled. The schema is in README.md.
 Every schema fault is a ConfigError naming the file, the key and the fix; reading a
 stack collects every one (``read_stack``), and loading one raises them all at once
 (StackFaults), so an operator fixes a file in one pass.
@@ -11,8 +13,10 @@ stack collects every one (``read_stack``), and loading one raises them all at on
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 import yaml
@@ -26,10 +30,12 @@ from gpuboot.yamlsafe import safe_load
 SCHEMA = 1
 FLAVORS = ("open", "proprietary")
 HOLD_METHODS = {"debian": ("apt-mark",), "redhat": ("dnf-versionlock",)}
-# Components with pins, in install order; the yaml key is the component's name.
-# Named once in gpuboot/components.yaml.
+# Every component of gpuboot/components.yaml, in install order (the stack file's keys),
+# those with pins, and those with pins a stack may disable (or leave out).
+PARTS = tuple(c.name for c in component_table())
 COMPONENTS = tuple(c.name for c in component_table() if c.pinned)
 OPTIONAL_COMPONENTS = tuple(c.name for c in component_table() if c.pinned and c.optional)
+_OPTIONAL = frozenset(c.name for c in component_table() if c.optional)
 
 _NAME_RE = {
     "debian": re.compile(r"^[a-z0-9][a-z0-9+.-]+$"),
@@ -88,36 +94,67 @@ class Driver(Component):
     flavor: str  # open | proprietary
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False)
 class Stack:
     name: str
     description: str
     path: Path
     label: str  # how messages name the file
     profiles: tuple[str, ...]
-    kernel: Component
-    driver: Driver
-    fabricmanager: Component
-    nscq: Component
-    cuda: Component
-    doca_ofed: Component
-    nvidia_fs: Component
-    nvidia_peermem: bool
-    container_toolkit: Component
-    dcgm: Component
+    # component -> its pins and settings, every component of the table in its order (one
+    # the file left out is there, disabled); a switch (pinned: false) has no pins
+    parts: Mapping[str, Component]
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        path: Path,
+        label: str,
+        profiles: tuple[str, ...],
+        parts: Mapping[str, Component] = MappingProxyType({}),
+        **by_name: Component,
+    ):
+        """``by_name`` (``cuda=...``) puts single components over ``parts``, as
+        ``dataclasses.replace(stack, cuda=...)`` passes them."""
+        if unknown := sorted(set(by_name) - set(PARTS)):
+            raise TypeError(f"Stack has no component {unknown[0]!r}")
+        merged = {**parts, **by_name}
+        table = {n: merged[n] for n in PARTS if n in merged}
+        for field, value in (
+            ("name", name),
+            ("description", description),
+            ("path", path),
+            ("label", label),
+            ("profiles", profiles),
+            ("parts", MappingProxyType(table)),
+        ):
+            object.__setattr__(self, field, value)
+
+    def __getattr__(self, name: str) -> Component:
+        """A component by its table name: ``stack.cuda``."""
+        parts = self.__dict__.get("parts", {})
+        if name in parts:
+            return parts[name]
+        raise AttributeError(name)
+
+    @property
+    def driver(self) -> Driver:
+        return self.parts["driver"]  # type: ignore[return-value]  # the reader builds a Driver
 
     def kernel_pins(self, os_family: str) -> KernelPins:
-        pins = self.kernel.pins_for(os_family)
+        pins = self.parts["kernel"].pins_for(os_family)
         assert isinstance(pins, KernelPins | Unread)  # the reader builds kernel pins as such
         return pins
 
     def components(self) -> list[Component]:
-        """The components in install order, enabled or not."""
-        return [getattr(self, name) for name in COMPONENTS]
+        """The components with pins, in install order, enabled or not."""
+        return [self.parts[name] for name in COMPONENTS]
 
     @property
     def cuda_major_minor(self) -> tuple[int, int]:
-        major, minor = (int(p) for p in str(self.cuda.version).split(".")[:2])
+        major, minor = (int(p) for p in str(self.parts["cuda"].version).split(".")[:2])
         return major, minor
 
 
@@ -343,10 +380,16 @@ def _read_pins(r: _Reader, raw: Any, key: str, family: str, upstream: Any) -> Pi
 def _read_component(
     r: _Reader, raw: Any, name: str, extra: tuple[str, ...] = ()
 ) -> Component | Unread:
-    optional_component = name in OPTIONAL_COMPONENTS
+    optional_component = name in _OPTIONAL
+    if name not in COMPONENTS:  # a switch: the stack turns it on or off, nothing to pin
+        data = r.mapping(raw, name, ("enabled",))
+        if isinstance(data, Unread):
+            return data
+        enabled = r.boolean(data["enabled"], f"{name}.enabled")
+        return Component(name=name, enabled=enabled, version=None, pins={})  # type: ignore[arg-type]
     if optional_component and isinstance(raw, dict) and raw.get("enabled") is False:
         r.mapping(raw, name, ("enabled",), ("version", *OS_FAMILIES, *extra))
-        return Component(name=name, enabled=False, version=None, pins={})
+        return _disabled(name)
     has_version = name != "kernel"
     required = (*(("version",) if has_version else ()), *OS_FAMILIES, *extra)
     optional = ("enabled",) if optional_component else ()
@@ -360,6 +403,10 @@ def _read_component(
     )
     pins = {f: _read_pins(r, data[f], f"{name}.{f}", f, version) for f in OS_FAMILIES}
     return Component(name=name, enabled=enabled, version=version, pins=pins)  # type: ignore[arg-type]
+
+
+def _disabled(name: str) -> Component:
+    return Component(name=name, enabled=False, version=None, pins={})
 
 
 def _read_driver(r: _Reader, raw: Any) -> Driver | Unread:
@@ -396,11 +443,7 @@ def read_stack(data: Any, path: Path, label: str) -> tuple[Stack | None, list[Co
     """Check a parsed stack document: the Stack and every schema fault. With faults, the
     Stack holds Unread for each faulty value (None when the document is no mapping)."""
     r = _Reader(label, collect=True)
-    top = r.mapping(
-        data,
-        "",
-        ("schema", "name", "description", "profiles", *COMPONENTS, "nvidia_peermem"),
-    )
+    top = r.mapping(data, "", ("schema", "name", "description", "profiles"), tuple(PARTS))
     if isinstance(top, Unread):
         return None, r.faults
     if known(top["schema"]) and top["schema"] != SCHEMA:
@@ -412,23 +455,32 @@ def read_stack(data: Any, path: Path, label: str) -> tuple[Stack | None, list[Co
             f"name {name!r} differs from the file name {path.name!r}",
             f"rename the file to {name}.yaml or set name: {path.stem}",
         )
-    peermem = r.mapping(top["nvidia_peermem"], "nvidia_peermem", ("enabled",))
-    components = {
-        c: _read_driver(r, top[c]) if c == "driver" else _read_component(r, top[c], c)
-        for c in COMPONENTS
-    }
+    parts = {c: _read_part(r, top, c) for c in PARTS}
     stack = Stack(  # type: ignore[arg-type]
         name=name,
         description=r.string(top["description"], "description", None, "what it is for"),
         path=path,
         label=label,
         profiles=r.strings(top["profiles"], "profiles"),
-        nvidia_peermem=peermem
-        if isinstance(peermem, Unread)
-        else r.boolean(peermem["enabled"], "nvidia_peermem.enabled"),
-        **components,
+        parts=parts,
     )
     return stack, r.faults
+
+
+def _read_part(r: _Reader, top: dict[str, Any], name: str) -> Component | Unread:
+    """One component of the table from the stack file: an optional one left out is
+    disabled; one a stack must carry and does not is a fault naming the key to add."""
+    if name not in top:
+        if name in _OPTIONAL:
+            return _disabled(name)
+        return r.fault(
+            name,
+            f"missing component {name!r} (gpuboot/components.yaml: not optional)",
+            f"add {name}: with {'its' if name == 'kernel' else 'its version and its'} "
+            "debian and redhat pins (gpuboot/stacks/README.md); only optional components "
+            "may be left out: " + ", ".join(c for c in PARTS if c in _OPTIONAL),
+        )
+    return _read_driver(r, top[name]) if name == "driver" else _read_component(r, top[name], name)
 
 
 def parse_stack(data: Any, path: Path, label: str) -> Stack:

@@ -16,7 +16,6 @@ from gpuboot.components import components as component_table
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import enabled_streams, installed_profiles, is_installonly
 from gpuboot.stacks.model import (
-    OPTIONAL_COMPONENTS,
     OS_FAMILIES,
     Component,
     Pins,
@@ -98,7 +97,6 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
         "nvidia_driver_version": driver.version,
         "nvidia_driver_flavor": stack.driver.flavor,
         "nvidia_driver_packages": _pin_strings(driver, os_family),
-        "nvidia_peermem_enabled": stack.nvidia_peermem,
     }
     if os_family == "redhat":
         # "" on EL10 (no modularity): the role then pins by versionlock alone
@@ -106,10 +104,11 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
         out["nvidia_driver_module_profile"] = driver_module_profile(
             driver.module_stream or "", stack.fabricmanager.enabled
         )
+    for c in component_table():
+        if c.optional:
+            out[f"{c.prefix}_enabled"] = stack.parts[c.name].enabled
     for name, prefix in ROLE_VAR_PREFIXES.items():
-        comp: Component = getattr(stack, name)
-        if name in OPTIONAL_COMPONENTS:
-            out[f"{prefix}_enabled"] = comp.enabled
+        comp = stack.parts[name]
         pins = comp.pins_for(os_family) if comp.enabled else None
         out[f"{prefix}_package"] = pins.package if pins else None
         out[f"{prefix}_version"] = pins.version if pins else None

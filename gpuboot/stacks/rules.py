@@ -265,7 +265,7 @@ def _fm_names(rule: Rule, ctx: _Ctx) -> list[Violation]:
     }
     out = []
     for (component, family), name in expected.items():
-        comp = getattr(s, component)
+        comp = s.parts[component]
         if comp.enabled and comp.pins_for(family).package != name:
             out.append(
                 rule.violation(
@@ -410,7 +410,7 @@ def _gds_matches_cuda(rule: Rule, ctx: _Ctx) -> list[Violation]:
 
 def _peermem_needs_ofed(rule: Rule, ctx: _Ctx) -> list[Violation]:
     s = ctx.stack
-    if not s.nvidia_peermem or s.doca_ofed.enabled:
+    if not s.nvidia_peermem.enabled or s.doca_ofed.enabled:
         return []
     return [
         rule.violation(
@@ -425,7 +425,7 @@ def _peermem_needs_ofed(rule: Rule, ctx: _Ctx) -> list[Violation]:
 
 def _peermem_needs_r470(rule: Rule, ctx: _Ctx) -> list[Violation]:
     s = ctx.stack
-    if not s.nvidia_peermem or int(s.driver.branch) >= 470:
+    if not s.nvidia_peermem.enabled or int(s.driver.branch) >= 470:
         return []
     return [
         rule.violation(

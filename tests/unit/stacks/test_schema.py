@@ -10,6 +10,7 @@ import pytest
 
 from gpuboot.errors import ConfigError
 from gpuboot.stacks import KernelPins, Package, list_stacks, load_stack
+from gpuboot.stacks.model import PARTS
 
 from .conftest import FIXTURES
 
@@ -45,7 +46,7 @@ def test_lts_stack_values() -> None:
     assert s.doca_ofed.version == "2.9.1"
     # a depends entry with its own version keeps it
     assert Package("nvidia-gds-12-4", "12.4.1-1") in s.nvidia_fs.pins_for("debian").depends
-    assert s.nvidia_peermem is True
+    assert s.nvidia_peermem.enabled is True
     kernel = s.kernel_pins("debian")
     assert isinstance(kernel, KernelPins)
     assert (kernel.release, kernel.hold) == ("5.15.0-119-generic", "apt-mark")
@@ -211,6 +212,27 @@ def test_disabled_component_needs_no_packages(variant: Callable[..., Path]) -> N
 
     stack = load_stack(variant("lts-550-cuda12.4", edit))
     assert not stack.nvidia_fs.enabled
+
+
+def test_optional_component_left_out_is_disabled(variant: Callable[..., Path]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        del data["nvidia_fs"], data["nvidia_peermem"]
+
+    stack = load_stack(variant("lts-550-cuda12.4", edit))
+    assert not stack.nvidia_fs.enabled and stack.nvidia_fs.pins == {}
+    assert not stack.nvidia_peermem.enabled
+    assert list(stack.parts) == list(PARTS)  # every component of the table, in its order
+
+
+def test_required_component_left_out_names_file_key_and_fix(
+    variant: Callable[..., Path],
+) -> None:
+    path = variant("lts-550-cuda12.4", _delete("cuda"))
+    err = _raises(path)
+    assert err.where == f"{path}: cuda"
+    assert "missing component 'cuda'" in err.message and "not optional" in err.message
+    assert (err.hint or "").startswith("add cuda: with its version and its debian and redhat")
+    assert "nvidia_fs" in (err.hint or "")  # names what may be left out
 
 
 def test_required_component_cannot_be_disabled(variant: Callable[..., Path]) -> None:
