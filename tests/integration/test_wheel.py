@@ -154,13 +154,14 @@ def test_product_wheel_converges_a_lab_node_lab_wheel_adds_its_verbs(
     where, lab_modules, no_lab, verbs = json.loads(probe.stdout)
     assert where.startswith(str(venv)), where
     assert (lab_modules, no_lab, verbs) == ([], True, [])
-    assert "install" in in_venv("gpuboot", "--help").stdout
+    assert "certify" in in_venv("gpuboot", "--help").stdout
     missing = in_venv("gpuboot", "lab", "status", rc=2)  # the product's own answer
     assert "the lab is not installed" in missing.stdout + missing.stderr
 
     lab = make_lab(nodes=1)
-    hosts = json.loads(in_venv("gpuboot", "install", "-i", str(lab.inventory), "--json").stdout)
-    assert hosts["hosts"]["node1"]["status"] == "changed" and hosts["hosts"]["node1"]["changed"] > 0
+    run = json.loads(in_venv("gpuboot", "install", "-i", str(lab.inventory), "--json").stdout)
+    node = run["hosts"]["node1"]
+    assert node["status"] == "changed" and node["changed"] > 0
     holds = ssh(lab, "node1", "apt-mark showhold").stdout.split()
     assert set(PINNED) <= set(holds)
     versions = ssh(lab, "node1", "dpkg-query -W -f='${Version}\\n' nvidia-driver-550").stdout
@@ -168,7 +169,7 @@ def test_product_wheel_converges_a_lab_node_lab_wheel_adds_its_verbs(
 
     _run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-index", lab_wheel)
     usage = in_venv("gpuboot", "lab", "--help").stdout
-    assert all(verb in usage for verb in LAB_VERBS), usage
+    assert all(f"\n    {verb} " in usage for verb in LAB_VERBS), usage
     emulator = in_venv(
         "python", "-c", "from gpuboot_lab import lab; print(lab.EMULATOR_DIR / 'gpuemu')"
     ).stdout.strip()
