@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuboot.bundle.names import BOOT_ID_FILE, DMESG_FILE, META, SMI_Q_FILE
 from gpuboot.errors import BadInput, GpubootError
+from gpuboot.verdict import BAD, Status
 
 DEFAULT_REBOOTS = 2
 RMA_ACTION = "hardware inspection / RMA"
@@ -295,7 +296,7 @@ def apply(node: dict[str, Any], found: list[dict[str, Any]]) -> None:
     node["recommended_action"] = RMA_ACTION
     for f in node.get("findings", []):
         mine = [e for e in found if e["rule"] == f.get("rule")]
-        if mine and f.get("status") in ("FAIL", "ERROR", "WARN"):
+        if mine and f.get("status") in (*BAD, Status.WARN):
             f["action"] = "; ".join(action_text(e) for e in mine) + (
                 f" (was: {f['action']})" if f.get("action") else ""
             )

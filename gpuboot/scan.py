@@ -38,13 +38,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuboot import escalation, locks, paths
-from gpuboot.checks.rules import ERROR, FAIL
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
+from gpuboot.verdict import BAD, Status
 
 HISTORY_NAME = "scan-history.jsonl"
 HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HOME)"
-BAD = (FAIL, ERROR)
 # Compaction (History, _compact): a node's scans fold into one record (STATE), the trend
 # page's points into a few (TREND) over the last TREND_SCANS_KEPT scans (a year of hourly
 # ones); lines no scan can use go to <history>.rejected.
@@ -114,9 +113,9 @@ class NodeHistory:
             self.faults = escalation.FaultHistory.from_json(rec[STATE], escalated)
             self.last = {k: v for k, v in rec.items() if k != STATE}
             return
-        known = {r: s for r, s in rec["failing"].items() if s != ERROR}
+        known = {r: s for r, s in rec["failing"].items() if s != Status.ERROR}
         for rule, status in rec["failing"].items():
-            if status == ERROR and rule in self.known:
+            if status == Status.ERROR and rule in self.known:
                 known[rule] = self.known[rule]
         self.known, self.last = known, rec
         faults = rec.get("faults")
@@ -160,7 +159,7 @@ class _Trend:
             TREND: 1,
             "host": host,
             "time": time,
-            "failing": dict.fromkeys(sorted(failing), FAIL),
+            "failing": dict.fromkeys(sorted(failing), Status.FAIL),
         }
 
     def _group(self) -> list[dict[str, Any]]:
@@ -190,8 +189,8 @@ class _Trend:
             return
         host, failing = rec["host"], rec["failing"]
         before = self.state.get(host)
-        kept = {r for r, st in failing.items() if st == ERROR} & (before or frozenset())
-        now = frozenset({r for r, st in failing.items() if st == FAIL} | kept)
+        kept = {r for r, st in failing.items() if st == Status.ERROR} & (before or frozenset())
+        now = frozenset({r for r, st in failing.items() if st == Status.FAIL} | kept)
         self.state[host] = now
         figures = rec.get("figures")
         if now != before or (isinstance(figures, dict) and figures):
@@ -392,8 +391,8 @@ def drift(now: dict[str, str], before: dict[str, Any] | None) -> dict[str, Any]:
     every failure on a first scan), ``still`` and ``cleared`` rule ids. A rule ERROR now
     (the harness could not judge it) is none of these: see :func:`unjudged`; an ERROR in
     ``before`` is no knowledge of that rule either."""
-    was = {r for r, s in before["failing"].items() if s != ERROR} if before else set()
-    fail = {r for r, s in now.items() if s != ERROR}
+    was = {r for r, s in before["failing"].items() if s != Status.ERROR} if before else set()
+    fail = {r for r, s in now.items() if s != Status.ERROR}
     return {
         "previous_scan": before["time"] if before else None,
         "new": sorted(fail - was),
@@ -404,7 +403,7 @@ def drift(now: dict[str, str], before: dict[str, Any] | None) -> dict[str, Any]:
 
 def unjudged(now: dict[str, str]) -> list[str]:
     """Rules the harness could not judge this scan (ERROR): they say nothing of drift."""
-    return sorted(r for r, s in now.items() if s == ERROR)
+    return sorted(r for r, s in now.items() if s == Status.ERROR)
 
 
 def exit_code(report: dict[str, Any]) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuboot import paths
 from gpuboot.report._util import host_key, iso, parse_iso, utc_now
+from gpuboot.verdict import Status
 
 REPORT = "report.json"
 CERT_DIR = Path("reports") / "certificates"
@@ -120,9 +121,11 @@ def fleet_status(
                 else {
                     "time": last["time"],
                     "verdict": last.get("verdict"),
-                    "failing": sorted(r for r, v in last["failing"].items() if v != "ERROR"),
+                    "failing": sorted(r for r, v in last["failing"].items() if v != Status.ERROR),
                     "new": [r for r in last.get("new") or [] if isinstance(r, str)],
-                    "not_judged": sorted(r for r, v in last["failing"].items() if v == "ERROR"),
+                    "not_judged": sorted(
+                        r for r, v in last["failing"].items() if v == Status.ERROR
+                    ),
                     "escalations": list(last.get("escalated") or []),
                 },
             }

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from gpuboot.ui import host_ranges, printable, table
+from gpuboot.verdict import Status
 
 
 # ---------------------------------------------------------------- install
@@ -127,14 +128,14 @@ def prune_text(doc: dict[str, Any], *, dry_run: bool) -> str:
 # ---------------------------------------------------------------- verdicts
 def _not_passed(node: dict[str, Any]) -> list[dict[str, Any]]:
     """Findings judged other than PASS, the verdict's own first (SKIPPED ones did not run)."""
-    judged = [f for f in node["findings"] if f["status"] not in ("PASS", "SKIPPED")]
+    judged = [f for f in node["findings"] if f["status"] not in (Status.PASS, Status.SKIPPED)]
     return sorted(judged, key=lambda f: f["status"] != node["verdict"])
 
 
 def _checks_summary(node: dict[str, Any]) -> str:
     statuses = [f["status"] for f in node["findings"]]
-    passed, skipped = statuses.count("PASS"), statuses.count("SKIPPED")
-    if not passed and node["verdict"] == "ERROR":
+    passed, skipped = statuses.count(Status.PASS), statuses.count(Status.SKIPPED)
+    if not passed and node["verdict"] == Status.ERROR:
         return f"nothing was checked: {skipped} check(s) skipped"
     return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
 
@@ -161,7 +162,7 @@ def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
     groups: dict[tuple[str, str, str], list[str]] = {}
     for node in nodes:
         for f in node["findings"]:
-            if f["status"] == "SKIPPED":
+            if f["status"] == Status.SKIPPED:
                 groups.setdefault((f["rule"], f["title"], f["reason"]), []).append(node["host"])
     return "".join(
         f"\n  SKIPPED {rule} {title}: {reason} ({_on(hosts, named)})"
@@ -189,12 +190,13 @@ def verdict_text(report: dict[str, Any]) -> str:
     from gpuboot.report._util import host_key
 
     rows, passed = [], {}
-    order = {"FAIL": 0, "ERROR": 1, "WARN": 2}  # failures first; PASS nodes folded below
+    # failures first; PASS nodes folded below
+    order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2}
     for node in sorted(
         report["nodes"], key=lambda n: (order.get(n["verdict"], 3), host_key(n["host"]))
     ):
         bad = _not_passed(node)
-        if not bad and node["verdict"] == "PASS":
+        if not bad and node["verdict"] == Status.PASS:
             passed.setdefault(_checks_summary(node), []).append(node["host"])
             continue
         first = bad[0] if bad else None
@@ -208,7 +210,7 @@ def verdict_text(report: dict[str, Any]) -> str:
         )
     for summary, hosts in passed.items():  # identical results: one row ("node[1-37]")
         count = f"{len(hosts)} nodes: " if len(hosts) > 1 else ""
-        rows.append((host_ranges(hosts), "PASS", "", count + summary))
+        rows.append((host_ranges(hosts), Status.PASS, "", count + summary))
     text = table(("node", "verdict", "failed check", "reason"), rows)
     for node in report["nodes"]:
         host = printable(node["host"], one_line=True)

@@ -8,6 +8,7 @@ import sys
 from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome
 from gpuboot.errors import EXIT_NODE_FAILED
+from gpuboot.verdict import BAD
 
 
 def register(verbs, common) -> None:
@@ -96,7 +97,7 @@ def _scan_inventory(args, inv) -> Outcome:
     if args.kubeconfig:
         # Only failing nodes go to the gate (taken out of service); a node that passes a
         # scan stays as it is: certify, with its bandwidth probes, lets nodes back in.
-        failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in scan.BAD]}
+        failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in BAD]}
         actions, gate_ok = gate.apply(args, inv, failed)
         report["k8s_gate"] = [a.to_dict() for a in actions]
         text += render.gate_text(actions)

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from gpuboot.errors import GpubootError
 from gpuboot.k8s import labels as L
 from gpuboot.report.certificate import partial
+from gpuboot.verdict import BAD, Status
 
-PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
 Cordon = Literal["cordon", "uncordon-ours", "leave"]
 
 
@@ -118,12 +118,12 @@ def decide(
     allow_partial: bool = False,
 ) -> Target:
     host, verdict = str(node.get("host")), str(node.get("verdict"))
-    if verdict in (FAIL, ERROR):
-        return _uncertified(node, (FAIL, ERROR), "cordon")
-    if verdict == WARN and not allow_warn:
+    if verdict in BAD:
+        return _uncertified(node, BAD, "cordon")
+    if verdict == Status.WARN and not allow_warn:
         # degraded but working: kept out of new scheduling by the taint, not cordoned
-        return _uncertified(node, (WARN,), "leave")
-    if verdict not in (PASS, WARN):
+        return _uncertified(node, (Status.WARN,), "leave")
+    if verdict not in (Status.PASS, Status.WARN):
         return Target(host, verdict, error=f"unknown verdict {verdict!r}: node left untouched")
     path = (report.get("reports") or {}).get(f"certificate:{host}")
     if not path:

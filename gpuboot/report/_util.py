@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# The verdict vocabulary of gpuboot.checks.rules, repeated here because it is part of
-# every output's schema: the report package must not change when rules.py does.
-PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
-STATUSES = (PASS, WARN, FAIL, ERROR)  # a node's verdict, a measurement's status
-SKIPPED = "SKIPPED"  # a rule that did not run: never a node verdict, never counted as passed
-RULE_STATUSES = (*STATUSES, SKIPPED)
+from gpuboot.verdict import VERDICTS, Status
+
+# The report writers' short names for the one verdict vocabulary (gpuboot.verdict).
+PASS, WARN, FAIL, ERROR, SKIPPED = Status
+STATUSES = VERDICTS  # a node's verdict, a measurement's status
+RULE_STATUSES = tuple(Status)
 
 # XML 1.0 forbids most C0 controls; tool output (ANSI colours, NULs) may carry them.
 _XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
