@@ -68,11 +68,11 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     Stacks and profiles were resolved and checked in Python (inventory.py), so the roles
     receive plain, already-validated variables and never parse gpuboot's files.
     """
-    if not any(inv.derived_vars.values()):
+    if not any(view.role_vars for view in inv.views.values()):
         return None
     overlay = run_dir / "stack-vars.yml"
     # str(): ansible-core 2.19 hands out host names as a str subclass yaml cannot dump.
-    hosts = {str(host): dict(role_vars) for host, role_vars in inv.derived_vars.items()}
+    hosts = {str(host): dict(view.role_vars) for host, view in inv.views.items()}
     paths.write_private(
         overlay,
         "# Written by gpuboot install: role variables derived from each host's stack and profile.\n"
@@ -144,12 +144,13 @@ class InstallResult:
         }
 
 
-def stack_changes(inventory: Path, hosts: list[str]) -> list[str]:
+def stack_changes(inv: Inventory, hosts: list[str]) -> list[str]:
     """Hosts whose packages `gpuboot plan` says will change (or cannot tell): the ones a
-    cluster must let go before install touches them. One round trip per host."""
-    from gpuboot.plan import plan
+    cluster must let go before install touches them. One round trip per host, planned
+    from the inventory install already loaded."""
+    from gpuboot.plan import plan_hosts
 
-    nodes = plan(str(inventory), limit=",".join(hosts))["nodes"]
+    nodes = plan_hosts(inv, hosts)["nodes"]
     return [str(n["host"]) for n in nodes if n.get("error") or n.get("changes")]
 
 
@@ -159,7 +160,7 @@ def _drain_batch(
     """Drain the batch's changing cluster members; the hosts still to install."""
     from gpuboot.k8s.drain import drain as drain_nodes
 
-    changing = stack_changes(inv.path, batch)
+    changing = stack_changes(inv, batch)
     if not changing:
         return batch
     drained = drain_nodes(
@@ -294,7 +295,7 @@ def _roll_out(
                 )
                 break
             if drain is not None and check:
-                outcome.would_drain += stack_changes(inv.path, batch)
+                outcome.would_drain += stack_changes(inv, batch)
             elif drain is not None:
                 batch = _drain_batch(inv, batch, drain, outcome)
                 if not batch:

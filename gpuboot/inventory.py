@@ -13,14 +13,19 @@ import json
 import os
 import re
 import stat
+import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.yamlsafe import SAFE_LOADER
+
+if TYPE_CHECKING:
+    from gpuboot.stacks.model import Stack
 
 PROFILE_FIX = "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)"
 # A host names its software either as a whole stack or, for the driver alone, as pins.
@@ -74,15 +79,64 @@ SHELL_ACTIVE_IN_DOUBLE_QUOTES = frozenset("$`\\")
 
 
 @dataclass(frozen=True)
+class HostView:
+    """One host as every verb sees it, derived once when the inventory is loaded: its
+    inventory variables, its SKU profile, its stack (None: the driver pinned alone) and the
+    role variables gpuboot derives from them (derive_role_vars)."""
+
+    name: str
+    inventory_vars: dict[str, Any]  # merged group + host variables, as Ansible reads them
+    profile: dict[str, Any]
+    stack: Stack | None
+    role_vars: dict[str, Any]
+
+    @property
+    def vars(self) -> dict[str, Any]:
+        """The variables install hands the roles and certify judges with: the derived win."""
+        return {**self.inventory_vars, **self.role_vars}
+
+
+class _HostPatterns:
+    """Ansible's parsed inventory, kept from the load: a ``--limit`` pattern is read by
+    Ansible's own rules without parsing the inventory (or running its scripts) again."""
+
+    def __init__(self, manager: Any):
+        self._manager = manager
+        self._lock = threading.Lock()  # subset() is state on the manager
+
+    def match(self, pattern: str) -> list[str]:
+        from ansible.errors import AnsibleError
+
+        with self._lock:
+            try:
+                self._manager.subset(pattern)
+                return [str(h.name) for h in self._manager.get_hosts()]
+            except AnsibleError as exc:
+                raise BadInput(
+                    f"--limit {pattern!r} is not a host pattern Ansible can read: {exc.message}",
+                    where="--limit",
+                    hint="e.g. --limit node1,node3 or --limit 'gpu:!node2'",
+                ) from exc
+            finally:
+                self._manager.subset(None)
+
+
+@dataclass(frozen=True)
 class Inventory:
+    """The loaded, checked inventory: read once, then handed down to every verb."""
+
     path: Path  # absolute: ansible-runner and testinfra read it from other directories
-    hosts: dict[str, dict[str, Any]]  # host -> merged variables (group + host)
-    # host -> role variables gpuboot derives: the stack's pins and the profile's facts
-    derived_vars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    views: dict[str, HostView]  # host -> its view, in inventory order
+    patterns: _HostPatterns = field(compare=False, repr=False)
+
+    @cached_property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        """Host -> its inventory variables (group + host), without derived ones."""
+        return {name: view.inventory_vars for name, view in self.views.items()}
 
     def resolved(self, host: str) -> dict[str, Any]:
         """The host's variables with the derived role variables applied."""
-        return {**self.hosts[host], **self.derived_vars.get(host, {})}
+        return self.views[host].vars
 
     def k8s_node_names(self) -> dict[str, str]:
         """Inventory host -> Kubernetes node name, where ``gpuboot_k8s_node_name`` says so."""
@@ -117,7 +171,7 @@ def load_inventory(path: str | Path) -> Inventory:
             hint="pass -i with an existing inventory (`gpuboot lab up` prints one)",
         )
     _check_files(path)  # before Ansible reads any of them
-    hosts, groups = _ansible_hosts(path)
+    hosts, groups, manager = _ansible_hosts(path)
     if not hosts:
         raise ConfigError(
             "inventory defines no hosts",
@@ -127,7 +181,7 @@ def load_inventory(path: str | Path) -> Inventory:
     _check_host_names(path, hosts, groups)
     for host, hostvars in hosts.items():
         _check_connection(path, host, hostvars)
-    return Inventory(path=path, hosts=hosts, derived_vars=_check_hosts(path, hosts))
+    return Inventory(path=path, views=_check_hosts(path, hosts), patterns=_HostPatterns(manager))
 
 
 # ---------------------------------------------------------------- the files Ansible reads
@@ -379,9 +433,9 @@ def _check_yaml_bounds(file: Path, text: str) -> None:
 
 
 # ---------------------------------------------------------------- Ansible's view
-def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
+def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str], Any]:
     """Ansible's own inventory parser, so group_vars, INI and plugins behave as in a
-    play: the hosts with their variables, and the group names."""
+    play: the hosts with their variables, the group names and the parsed inventory."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -403,7 +457,7 @@ def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
             where=str(path),
             hint="fix the inventory; see inventory/sample.yml",
         ) from exc
-    return hosts, {str(g) for g in manager.groups}
+    return hosts, {str(g) for g in manager.groups}, manager
 
 
 def _variables(path: Path, host: str, hv: dict[Any, Any]) -> dict[str, Any]:
@@ -423,31 +477,13 @@ def _variables(path: Path, host: str, hv: dict[Any, Any]) -> dict[str, Any]:
     }
 
 
-def match_hosts(path: Path, pattern: str) -> list[str]:
-    """The hosts an Ansible ``--limit`` pattern selects, in inventory order."""
-    from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-
-    try:
-        manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
-        manager.subset(pattern)
-        return [str(h.name) for h in manager.get_hosts()]
-    except AnsibleError as exc:
-        raise BadInput(
-            f"--limit {pattern!r} is not a host pattern Ansible can read: {exc.message}",
-            where="--limit",
-            hint="e.g. --limit node1,node3 or --limit 'gpu:!node2'",
-        ) from exc
-
-
 def select_hosts(inv: Inventory, limit: str | None) -> list[str]:
     """The exact hosts a verb works on: ``--limit`` read once, by Ansible's own rules
     (groups, wildcards, ``a:b``/``a,b`` lists, ``!`` and ``&``). Every verb hands these
     names on as they are, so testinfra never re-reads the pattern its own way."""
     if not limit:
         return list(inv.hosts)
-    hosts = match_hosts(inv.path, limit)
+    hosts = inv.patterns.match(limit)
     if not hosts:
         raise BadInput(
             f"--limit {limit!r} matches no host of the inventory",
@@ -615,22 +651,46 @@ def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str,
     return {k: v for k, v in derived.items() if k not in hostvars}
 
 
+def derive_role_vars(
+    hostvars: dict[str, Any],
+    profile: dict[str, Any] | None,
+    mig_layout: dict[str, Any],
+    stack: Stack | None,
+) -> dict[str, Any]:
+    """The role variables gpuboot derives for a host, made in this one place for install
+    (the roles), plan and certify/scan (the checks): the profile's hardware facts the
+    inventory leaves unset, the checked ``gpuboot_mig`` layout, and the stack's pins (the
+    stack wins over the inventory)."""
+    derived = profile_vars(profile, hostvars) if profile is not None else {}
+    derived.update(mig_layout)
+    if stack is not None:
+        from gpuboot.stacks import role_vars
+
+        derived.update(role_vars(stack, hostvars.get("gpuboot_os_family", "debian")))
+    return derived
+
+
+def _mig_layout(hostvars: dict[str, Any], profile: dict[str, Any], where: str) -> dict[str, Any]:
+    """``{"nvidia_mig_layout": ...}`` for a host with ``gpuboot_mig``, else {}."""
+    if hostvars.get("gpuboot_mig") is None:
+        return {}
+    from gpuboot.mig import layout_vars
+
+    return layout_vars(hostvars["gpuboot_mig"], profile, where)
+
+
 def with_derived(hostvars: dict[str, Any]) -> dict[str, Any]:
-    """A host's variables with what gpuboot derives from them applied, as install passes
-    them to the roles: its gpuboot_stack's role variables (the stack wins) and its
-    gpuboot_mig layout. The inventory was checked before, so nothing here fails."""
-    out = dict(hostvars)
-    if name := hostvars.get("gpuboot_stack"):
-        from gpuboot.stacks import load_stack, role_vars
+    """A host's variables with what gpuboot derives from them applied (derive_role_vars,
+    as load_inventory derives them), for a caller holding only the variables. The
+    inventory was checked before, so nothing here fails; applied to variables already
+    derived, it changes nothing."""
+    from gpuboot.profiles import load_profile
+    from gpuboot.stacks import load_stack
 
-        out.update(role_vars(load_stack(name), hostvars.get("gpuboot_os_family", "debian")))
-    if hostvars.get("gpuboot_mig") is not None and "gpuboot_profile" in hostvars:
-        from gpuboot.mig import layout_vars
-        from gpuboot.profiles import load_profile
-
-        profile = load_profile(hostvars["gpuboot_profile"])
-        out.update(layout_vars(hostvars["gpuboot_mig"], profile, "gpuboot_mig"))
-    return out
+    profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
+    layout = _mig_layout(hostvars, profile, "gpuboot_mig") if profile is not None else {}
+    stack = load_stack(name) if (name := hostvars.get("gpuboot_stack")) else None
+    return {**hostvars, **derive_role_vars(hostvars, profile, layout, stack)}
 
 
 def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
@@ -651,67 +711,76 @@ def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
     )
 
 
-def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every host's profile and software choice, checked before any host is touched;
-    every broken compatibility rule of every host is reported at once."""
-    from gpuboot.profiles import load_profile
-    from gpuboot.stacks import check_stack, load_stack, role_vars
+def _check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, HostView]:
+    """Every host's profile and software choice, checked before any host is touched, and
+    its view; every broken compatibility rule of every host is reported at once."""
+    from gpuboot.stacks import check_stack
 
     _check_os_families(path, hosts)
     problems: list[str] = []
     fixes: list[str] = []
-    derived: dict[str, dict[str, Any]] = {}
+    views: dict[str, HostView] = {}
     for host, hostvars in hosts.items():
-        if "gpuboot_profile" not in hostvars:
-            raise ConfigError(
-                f"host {host} has no gpuboot_profile",
-                where=f"{path}: {host}.gpuboot_profile",
-                hint=PROFILE_FIX,
-            )
-        try:
-            profile = load_profile(hostvars["gpuboot_profile"])
-        except ConfigError as exc:
-            raise ConfigError(
-                exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
-            ) from exc
-        derived[host] = profile_vars(profile, hostvars)
-        if hostvars.get("gpuboot_mig") is not None:
-            from gpuboot.mig import layout_vars
-
-            where = f"{path}: {host}.gpuboot_mig"
-            derived[host].update(layout_vars(hostvars["gpuboot_mig"], profile, where))
-        stack_name = hostvars.get("gpuboot_stack")
-        if stack_name is None:
-            missing = [v for v in PIN_VARS if v not in hostvars]
-            if missing:
-                raise ConfigError(
-                    f"host {host} names neither gpuboot_stack nor {missing[0]}",
-                    where=f"{path}: {host}.{missing[0]}",
-                    hint=PIN_FIX,
-                )
-            _check_driver_pins(path, host, hostvars)
-            continue
-        clash = [v for v in PIN_VARS if v in hostvars]
-        if clash:
-            raise ConfigError(
-                f"host {host} sets both gpuboot_stack and {clash[0]}",
-                where=f"{path}: {host}.{clash[0]}",
-                hint="the stack pins the driver: remove the separate pin",
-            )
-        try:
-            stack = load_stack(stack_name)
-        except ConfigError as exc:
-            raise ConfigError(
-                exc.message, where=f"{path}: {host}.gpuboot_stack", hint=exc.hint
-            ) from exc
-        for v in check_stack(stack, profile, where=f"{path}: {host}.gpuboot_stack"):
-            problems.append(f"{v.rule_id} {v.where}: {v.message}")
-            fixes.append(v.fix)
-        derived[host].update(role_vars(stack, hostvars.get("gpuboot_os_family", "debian")))
+        profile = _host_profile(path, host, hostvars)
+        layout = _mig_layout(hostvars, profile, f"{path}: {host}.gpuboot_mig")
+        stack = _host_stack(path, host, hostvars)
+        if stack is not None:
+            for v in check_stack(stack, profile, where=f"{path}: {host}.gpuboot_stack"):
+                problems.append(f"{v.rule_id} {v.where}: {v.message}")
+                fixes.append(v.fix)
+        role_vars = derive_role_vars(hostvars, profile, layout, stack)
+        views[host] = HostView(host, hostvars, profile, stack, role_vars)
     if problems:
         raise ConfigError(
             f"{len(problems)} compatibility rule(s) broken: " + "; ".join(problems),
             where=str(path),
             hint="; ".join(dict.fromkeys(fixes)),
         )
-    return derived
+    return views
+
+
+def _host_profile(path: Path, host: str, hostvars: dict[str, Any]) -> dict[str, Any]:
+    from gpuboot.profiles import load_profile
+
+    if "gpuboot_profile" not in hostvars:
+        raise ConfigError(
+            f"host {host} has no gpuboot_profile",
+            where=f"{path}: {host}.gpuboot_profile",
+            hint=PROFILE_FIX,
+        )
+    try:
+        return load_profile(hostvars["gpuboot_profile"])
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
+        ) from exc
+
+
+def _host_stack(path: Path, host: str, hostvars: dict[str, Any]) -> Stack | None:
+    """The host's stack, or None where it pins the driver alone (those pins checked)."""
+    from gpuboot.stacks import load_stack
+
+    stack_name = hostvars.get("gpuboot_stack")
+    if stack_name is None:
+        missing = [v for v in PIN_VARS if v not in hostvars]
+        if missing:
+            raise ConfigError(
+                f"host {host} names neither gpuboot_stack nor {missing[0]}",
+                where=f"{path}: {host}.{missing[0]}",
+                hint=PIN_FIX,
+            )
+        _check_driver_pins(path, host, hostvars)
+        return None
+    clash = [v for v in PIN_VARS if v in hostvars]
+    if clash:
+        raise ConfigError(
+            f"host {host} sets both gpuboot_stack and {clash[0]}",
+            where=f"{path}: {host}.{clash[0]}",
+            hint="the stack pins the driver: remove the separate pin",
+        )
+    try:
+        return load_stack(stack_name)
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.message, where=f"{path}: {host}.gpuboot_stack", hint=exc.hint
+        ) from exc

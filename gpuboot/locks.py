@@ -125,9 +125,9 @@ def note_run(run_id: str) -> None:
 
 def hold_inventory(inv: Inventory, limit: str | None, verb: str):
     """Hold the machines of the hosts ``limit`` selects in ``inv`` (all without it)."""
-    from gpuboot.inventory import match_hosts
+    from gpuboot.inventory import select_hosts
 
-    hosts = match_hosts(inv.path, limit) if limit else list(inv.hosts)
+    hosts = select_hosts(inv, limit)
     return hold({h: machine(h, inv.hosts.get(h, {})) for h in hosts}, verb)
 
 

@@ -2,17 +2,19 @@
 and the nodes grouped by identical change set.
 
 One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL, and on EL8/EL9 dnf's enabled
-module streams from its cache), all nodes in parallel; nothing is changed on any node. A
-node that cannot be reached is reported as such (with what ssh said) and the others are
+module streams from its cache), all nodes in parallel, each reached through the transport
+certify uses (gpuboot.transport); nothing is changed on any node. A node that cannot be
+reached is reported as such (with what ssh said) and the others are
 still planned.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from gpuboot import paths
+from gpuboot import paths, transport
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
     DNF_MODULE_LIST,
@@ -21,7 +23,7 @@ from gpuboot.evidence.packages import (
     installed_rpm_versions,
     installed_versions,
 )
-from gpuboot.inventory import load_inventory, select_hosts
+from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.report._util import host_key
 from gpuboot.runner import failure_reason, last_line
@@ -90,84 +92,91 @@ def _driver_only_plan(hostvars: dict[str, Any], installed: dict[str, str]) -> li
     return items
 
 
-def plan(inventory: str, *, limit: str | None = None) -> dict[str, Any]:
-    import testinfra
+def plan(inventory: str | Path | Inventory, *, limit: str | None = None) -> dict[str, Any]:
+    """The plan of the hosts ``limit`` selects (Ansible's host pattern). ``inventory`` is
+    a path, loaded and checked here, or an Inventory a caller already loaded."""
+    inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+    return plan_hosts(inv, select_hosts(inv, limit))
 
-    from gpuboot.stacks import compare, load_stack
-    from gpuboot.stacks.plan import stream_item
 
-    inv = load_inventory(inventory)
-    selected = select_hosts(inv, limit)  # Ansible's reading of --limit, not testinfra's
-    paths.put_venv_on_path()  # testinfra reads the inventory with ansible-inventory
-    hosts = testinfra.get_hosts(
-        [f"ansible://{h}" for h in selected], ansible_inventory=str(inv.path)
-    )
-
-    def one(host) -> dict[str, Any]:
-        name = host.backend.get_hostname()
-        hostvars = inv.resolved(name)
-        family = hostvars.get("gpuboot_os_family", "debian")
-        el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
-        stack = load_stack(hostvars["gpuboot_stack"]) if "gpuboot_stack" in hostvars else None
-        streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
-        query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
-        try:
-            cmd = run_with_deadline(host, query, READ_TIMEOUT_S, "reading installed packages")
-        except RemoteTimeout as exc:
-            return {"host": name, "error": exc.message}
-        except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
-            return {
-                "host": name,
-                "unreachable": True,
-                "error": f"unreachable: {failure_reason(exc)}",
-            }
-        out, rc, listing, unread = cmd.stdout, cmd.rc, None, ""
-        if streams:
-            out, rc, listing, unread = split_stream_answer(cmd.stdout, cmd.rc)
-        if rc != 0:
-            why = last_line(cmd.stderr) or f"exit {rc}"
-            return {"host": name, "error": f"cannot read installed packages: {why}"}
-        try:
-            installed = (installed_rpm_versions if el else installed_versions)(out)
-        except ParseError as exc:
-            return {"host": name, "error": f"cannot read installed packages: {exc}"}
-        if stack is not None:
-            # Where gpuboot does not manage the kernel (the lab's is the host's), its
-            # packages are not part of the plan.
-            skip = set()
-            # EL8/EL9: the driver's module stream is part of the plan (Debian has none)
-            stream = [stream_item(stack, listing, unread)] if streams else []
-            if hostvars.get("gpuboot_baseline_manage_kernel") is False:
-                skip = {p.name for p in stack.kernel_pins(family).packages}
-            items = [
-                {
-                    "package": i.package,
-                    "current": i.current,
-                    "desired": i.desired,
-                    "action": i.action,
-                    "reboot": i.reboot,
-                    "restarts": list(i.restarts),
-                    "replaces": i.replaces,
-                }
-                for i in [*compare(installed, stack, family), *stream]
-                if i.package not in skip
-            ]
-        else:
-            items = _driver_only_plan(hostvars, installed)
-        changes = [i for i in items if i["action"] != "keep"]
-        return {
-            "host": name,
-            "stack": hostvars.get("gpuboot_stack"),
-            "items": items,
-            "changes": len(changes),
-            "reboot": any(i["reboot"] for i in changes),
-            "restarts": sorted({s for i in changes for s in i["restarts"]}),
-        }
-
+def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
+    """The plan of ``hosts`` of the loaded inventory, each reached through certify's
+    transport (gpuboot.transport), all in parallel."""
+    paths.put_venv_on_path()  # the paramiko path runs `ansible` by name
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        nodes = list(pool.map(one, hosts))
+        nodes = list(pool.map(lambda name: _plan_node(inv, name), hosts))
     nodes.sort(key=lambda n: host_key(n["host"]))
     return {"inventory": str(inv.path), "nodes": nodes, "groups": group(nodes)}
+
+
+def _unreachable(name: str, exc: BaseException) -> dict[str, Any]:
+    return {"host": name, "unreachable": True, "error": f"unreachable: {failure_reason(exc)}"}
+
+
+def _plan_node(inv: Inventory, name: str) -> dict[str, Any]:
+    """One node's plan: its installed packages read in one round trip, against its stack
+    (or its driver pins)."""
+    from gpuboot.stacks import compare
+    from gpuboot.stacks.plan import stream_item
+
+    view = inv.views[name]
+    hostvars, stack = view.vars, view.stack
+    try:
+        host = transport.connect(name, view.inventory_vars, inv.path)
+    except Exception as exc:  # a transport that cannot be built: this node's error only
+        return _unreachable(name, exc)
+    family = hostvars.get("gpuboot_os_family", "debian")
+    el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
+    streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
+    query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
+    try:
+        cmd = run_with_deadline(host, query, READ_TIMEOUT_S, "reading installed packages")
+    except RemoteTimeout as exc:
+        return {"host": name, "error": exc.message}
+    except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
+        return _unreachable(name, exc)
+    out, rc, listing, unread = cmd.stdout, cmd.rc, None, ""
+    if streams:
+        out, rc, listing, unread = split_stream_answer(cmd.stdout, cmd.rc)
+    if rc != 0:
+        why = last_line(cmd.stderr) or f"exit {rc}"
+        return {"host": name, "error": f"cannot read installed packages: {why}"}
+    try:
+        installed = (installed_rpm_versions if el else installed_versions)(out)
+    except ParseError as exc:
+        return {"host": name, "error": f"cannot read installed packages: {exc}"}
+    if stack is not None:
+        # Where gpuboot does not manage the kernel (the lab's is the host's), its
+        # packages are not part of the plan.
+        skip = set()
+        # EL8/EL9: the driver's module stream is part of the plan (Debian has none)
+        stream = [stream_item(stack, listing, unread)] if streams else []
+        if hostvars.get("gpuboot_baseline_manage_kernel") is False:
+            skip = {p.name for p in stack.kernel_pins(family).packages}
+        items = [
+            {
+                "package": i.package,
+                "current": i.current,
+                "desired": i.desired,
+                "action": i.action,
+                "reboot": i.reboot,
+                "restarts": list(i.restarts),
+                "replaces": i.replaces,
+            }
+            for i in [*compare(installed, stack, family), *stream]
+            if i.package not in skip
+        ]
+    else:
+        items = _driver_only_plan(hostvars, installed)
+    changes = [i for i in items if i["action"] != "keep"]
+    return {
+        "host": name,
+        "stack": hostvars.get("gpuboot_stack"),
+        "items": items,
+        "changes": len(changes),
+        "reboot": any(i["reboot"] for i in changes),
+        "restarts": sorted({s for i in changes for s in i["restarts"]}),
+    }
 
 
 _CHANGE_KEYS = ("package", "current", "desired", "action", "reboot", "restarts", "replaces")

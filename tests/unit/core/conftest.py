@@ -11,12 +11,10 @@ class Touched(Exception):
 
 @pytest.fixture
 def guard(tmp_path, monkeypatch) -> list[tuple[str, tuple, dict]]:
-    """Every way a verb reaches hosts (ansible-runner, the testinfra check run, plan's
-    testinfra hosts) records what it was given and stops there; GPUBOOT_HOME and the run
-    dir root are fresh dirs."""
-    import testinfra
-
-    from gpuboot import engine, install
+    """Every way a verb reaches hosts (ansible-runner, certify's collection, plan's
+    hosts) records what it was given and stops there; GPUBOOT_HOME and the run dir root
+    are fresh dirs."""
+    from gpuboot import engine, install, plan
 
     calls: list[tuple[str, tuple, dict]] = []
 
@@ -29,7 +27,7 @@ def guard(tmp_path, monkeypatch) -> list[tuple[str, tuple, dict]]:
 
     monkeypatch.setattr(install, "run", stop("ansible-runner"))
     monkeypatch.setattr(engine, "collect_nodes", stop("certify collection"))
-    monkeypatch.setattr(testinfra, "get_hosts", stop("testinfra hosts"))
+    monkeypatch.setattr(plan, "plan_hosts", stop("plan hosts"))
     monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
     return calls

@@ -8,7 +8,7 @@ import threading
 from testinfra.backend.base import CommandResult
 from testinfra.backend.local import LocalBackend
 
-from gpuboot import cli, plan, remote
+from gpuboot import cli, plan, remote, transport
 
 HUNG = threading.Event()  # never set: the node's answer never comes
 
@@ -28,8 +28,6 @@ class _Host:
 def test_a_node_that_never_answers_is_reported_and_the_others_planned(
     tmp_path, monkeypatch, capsys
 ):
-    import testinfra
-
     inv = tmp_path / "inv.yml"
     inv.write_text(
         "all:\n  vars:\n    gpuboot_profile: hgx-h100-sxm-8gpu\n"
@@ -39,8 +37,8 @@ def test_a_node_that_never_answers_is_reported_and_the_others_planned(
     monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(plan, "READ_TIMEOUT_S", 1)
     monkeypatch.setattr(remote, "KILL_GRACE_S", 0.2)
-    hosts = [_Host("n1", answers=False), _Host("n2", answers=True)]
-    monkeypatch.setattr(testinfra, "get_hosts", lambda *_a, **_k: hosts)
+    hosts = {"n1": _Host("n1", answers=False), "n2": _Host("n2", answers=True)}
+    monkeypatch.setattr(transport, "connect", lambda name, *_a: hosts[name])
     assert cli.main(["plan", "-i", str(inv)]) == 1
     out = capsys.readouterr().out
     assert "n1: ERROR reading installed packages timed out after 1s" in out

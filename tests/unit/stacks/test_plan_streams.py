@@ -10,7 +10,7 @@ import pytest
 from testinfra.backend.base import CommandResult
 from testinfra.backend.local import LocalBackend
 
-from gpuboot import plan
+from gpuboot import plan, transport
 from gpuboot.stacks import load_stack
 from gpuboot.stacks.plan import stream_item
 
@@ -81,8 +81,6 @@ class ShellHost:
 
 
 def _plan(tmp_path, monkeypatch, rpm_rc: int, dnf: str, family: str = "redhat") -> dict:
-    import testinfra
-
     inv = tmp_path / "inv.yml"
     inv.write_text(
         f"all:\n  vars: {{gpuboot_stack: prod-570-cuda12.8, gpuboot_os_family: {family},\n"
@@ -90,7 +88,7 @@ def _plan(tmp_path, monkeypatch, rpm_rc: int, dnf: str, family: str = "redhat") 
         "  hosts:\n    el1: {ansible_host: 192.0.2.1}\n"
     )
     host = ShellHost(_fake_node(tmp_path, rpm_rc, dnf))
-    monkeypatch.setattr(testinfra, "get_hosts", lambda *_a, **_k: [host])
+    monkeypatch.setattr(transport, "connect", lambda *_a: host)
     (node,) = plan.plan(str(inv))["nodes"]
     return node
 
