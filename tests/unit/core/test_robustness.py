@@ -73,11 +73,11 @@ class FakeHost:
 
 # ---------------------------------------------------------------- plan: one unreachable host
 def test_plan_reports_an_unreachable_host_and_plans_the_others(tmp_path, monkeypatch, capsys):
-    import testinfra
+    from gpuboot import transport
 
     inv = _inventory(tmp_path)
-    fake = [FakeHost("n1", reachable=False), FakeHost("n2", reachable=True)]
-    monkeypatch.setattr(testinfra, "get_hosts", lambda *_a, **_k: fake)
+    fake = {"n1": FakeHost("n1", reachable=False), "n2": FakeHost("n2", reachable=True)}
+    monkeypatch.setattr(transport, "connect", lambda name, *_a: fake[name])
     doc = plan.plan(str(inv))
     n1, n2 = doc["nodes"]
     assert n1["host"] == "n1" and n1["unreachable"] is True
