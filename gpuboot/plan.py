@@ -10,11 +10,12 @@ still planned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gpuboot import paths, transport
+from gpuboot import transport
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
     DNF_MODULE_LIST,
@@ -102,9 +103,9 @@ def plan(inventory: str | Path | Inventory, *, limit: str | None = None) -> dict
 def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
     """The plan of ``hosts`` of the loaded inventory, each reached through certify's
     transport (gpuboot.transport), all in parallel."""
-    paths.put_venv_on_path()  # the paramiko path runs `ansible` by name
+    connect = transport.connector(inv)
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        nodes = list(pool.map(lambda name: _plan_node(inv, name), hosts))
+        nodes = list(pool.map(lambda name: _plan_node(inv, name, connect), hosts))
     nodes.sort(key=lambda n: host_key(n["host"]))
     return {"inventory": str(inv.path), "nodes": nodes, "groups": group(nodes)}
 
@@ -113,7 +114,7 @@ def _unreachable(name: str, exc: BaseException) -> dict[str, Any]:
     return {"host": name, "unreachable": True, "error": f"unreachable: {failure_reason(exc)}"}
 
 
-def _plan_node(inv: Inventory, name: str) -> dict[str, Any]:
+def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[str, Any]:
     """One node's plan: its installed packages read in one round trip, against its stack
     (or its driver pins)."""
     from gpuboot.stacks import compare
@@ -122,7 +123,7 @@ def _plan_node(inv: Inventory, name: str) -> dict[str, Any]:
     view = inv.views[name]
     hostvars, stack = view.vars, view.stack
     try:
-        host = transport.connect(name, view.inventory_vars, inv.path)
+        host = connect(name)
     except Exception as exc:  # a transport that cannot be built: this node's error only
         return _unreachable(name, exc)
     family = hostvars.get("gpuboot_os_family", "debian")

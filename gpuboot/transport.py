@@ -15,10 +15,24 @@ would accept any unknown host key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpuboot import paths
+
+if TYPE_CHECKING:
+    from gpuboot.inventory import Inventory
 
 SSH = ("ssh", "smart")
+
+
+def connector(inv: Inventory) -> Callable[[str], Any]:
+    """connect() for the hosts of an inventory already loaded: each with its checked
+    variables, nothing read again. The paramiko path runs `ansible` by name: the venv's
+    bin goes on PATH first, once, before any thread connects."""
+    paths.put_venv_on_path()
+    return lambda name: connect(name, inv.hosts[name], inv.path)
 
 
 def connect(name: str, hostvars: dict[str, Any], inventory_path: Path) -> Any:

@@ -63,7 +63,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _evidence_store(request: pytest.FixtureRequest) -> dict:
     """Collect every selected host's evidence at once (one SSH round trip per host, in
     parallel); a host whose transport cannot be built keeps that as its outcome."""
-    from gpuboot import paths, transport
+    from gpuboot.transport import connector
 
     inv, _ = _selected(request.config)
     names = set()
@@ -71,12 +71,11 @@ def _evidence_store(request: pytest.FixtureRequest) -> dict:
         callspec = getattr(item, "callspec", None)
         if callspec and "inventory_host" in callspec.params:
             names.add(callspec.params["inventory_host"])
-    paths.put_venv_on_path()  # the paramiko path runs `ansible` by name
+    connect = connector(inv)
     targets, failed = {}, {}
     for name in names:
-        view = inv.views[name]
         try:
-            targets[name] = (transport.connect(name, view.inventory_vars, inv.path), view.vars)
+            targets[name] = (connect(name), inv.resolved(name))
         except Exception as exc:  # that host's ERROR, as in certify
             failed[name] = exc
     return {**collect_nodes(targets, request.config.getoption("--gpuboot-probes")), **failed}

@@ -1,5 +1,6 @@
 """Node certification checks (pytest-testinfra), for molecule's verifier and an
-operator's own `pytest --hosts` run.
+operator's own `pytest --ansible-inventory INV [--hosts PATTERN]` run (hosts, variables
+and connections from gpuboot's checked inventory: conftest.py).
 
 One test per rule and host, over the rules `gpuboot certify` judges with: a FAIL fails
 the test with the rule's reason; evidence that could not be had is a test ERROR.
