@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -272,26 +273,8 @@ class History:
         return b"".join(json.dumps(r, sort_keys=True).encode() + b"\n" for r in recs)
 
 
-# The history a scan of this process read and wrote last, with the file's identity then:
-# the trend page written next (cli.cmd_scan) reads it from here, not from the disk again.
-_LAST: dict[str, tuple[tuple[int, ...], History]] = {}
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _remember(history: Path, hist: History) -> None:
-    _LAST.clear()
-    with contextlib.suppress(OSError):
-        _LAST[os.path.realpath(history)] = (_identity(os.stat(history)), hist)
-
-
-def _load(history: Path, warn: Callable[[str], None]) -> History:
-    with contextlib.suppress(OSError):
-        identity, hist = _LAST.get(os.path.realpath(history)) or ((), None)
-        if hist is not None and identity == _identity(os.stat(history)):
-            return hist
+def load_history(history: Path, warn: Callable[[str], None] = lambda _m: None) -> History:
+    """The history as it is on disk (an empty one if there is none yet)."""
     if not history.is_file():
         return History()
     try:
@@ -301,25 +284,35 @@ def _load(history: Path, warn: Callable[[str], None]) -> History:
     return History.parse(data, history, warn)
 
 
+@dataclass(frozen=True)
+class ScanResult:
+    """A scan: its report (the JSON `gpuboot scan` prints) and the history it read and
+    appended to, as held in memory then; whatever comes next (the trend page) reads that,
+    not the file again."""
+
+    report: dict[str, Any]
+    history: History
+
+
 def last_records(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> dict[str, dict[str, Any]]:
     """host -> its most recent scan record (bad lines skipped with a warning: History)."""
-    return {h: n.last for h, n in _load(history, warn).nodes.items() if n.last}
+    return {h: n.last for h, n in load_history(history, warn).nodes.items() if n.last}
 
 
 def read_history(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> dict[str, NodeHistory]:
     """host -> its folded history (bad lines skipped with a warning, as last_records)."""
-    return _load(history, warn).nodes
+    return load_history(history, warn).nodes
 
 
 def history_records(
     history: Path, *, warn: Callable[[str], None] = lambda _m: None
 ) -> list[dict[str, Any]]:
     """The trend page's input: records whose series() is every record's (_Trend)."""
-    return _load(history, warn).trend.records()
+    return load_history(history, warn).trend.records()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -485,7 +478,7 @@ def scan(
     history: Path | None = None,
     progress=lambda _m: None,
     rma_after_reboots: int = escalation.DEFAULT_REBOOTS,
-) -> dict[str, Any]:
+) -> ScanResult:
     """Run the checks, compare each node with its previous scans, record this one.
 
     The history is opened before any host is touched (an unusable --history is refused
@@ -550,8 +543,7 @@ def scan(
                         f"{history}: warning: not compacted ({exc.strerror or exc}); the scan "
                         "is recorded and the history kept as it was"
                     )
-            _remember(history, hist)
     report["history"] = str(history)
     report["passed"] = all(n["verdict"] not in BAD for n in report["nodes"])
     report["exit_code"] = exit_code(report)
-    return report
+    return ScanResult(report, hist)

@@ -27,5 +27,6 @@ def run(args) -> Outcome:
     out = Path(args.output) if args.output else paths.home() / trend.NAME
     if args.output:  # the default's directory is gpuboot's own, made as needed
         preflight.check_output_file(str(out), "--output")
-    written = trend.write(history, out, warn=progress(args))
+    records = scan.history_records(history, warn=progress(args))
+    written = trend.write(records, out, source=str(history))
     return Outcome(EXIT_OK, {"trend": str(written), "history": str(history)}, f"trend: {written}")

@@ -66,7 +66,7 @@ def _scan_inventory(args, inv) -> Outcome:
     from gpuboot.report import prometheus, trend, write_reports
 
     with live_run(sys.stderr, "scan", quiet=args.quiet) as progress:
-        report = scan.scan(
+        result = scan.scan(
             inv,
             limit=args.limit,
             probes=args.probes,
@@ -74,14 +74,17 @@ def _scan_inventory(args, inv) -> Outcome:
             progress=progress,
             rma_after_reboots=args.rma_after_reboots,
         )
+    report = result.report
     link_report(report)
     written = write_reports(
         report, Path(report["run_dir"]) / "reports", key_path=None, kind=prometheus.SCAN
     )
     report["reports"] = {name: str(path) for name, path in written.items()}
-    # the fleet trend page beside the report: the history up to this scan
+    # the fleet trend page beside the report: the history up to this scan, as the scan
+    # holds it (not read again)
+    page = Path(written["html"]).with_name(trend.NAME)
     report["reports"]["trend"] = str(
-        trend.write(Path(report["history"]), Path(written["html"]).with_name(trend.NAME))
+        trend.write(result.history.trend.records(), page, source=report["history"])
     )
     warning = None
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there

@@ -262,9 +262,10 @@ def render(records: list[dict[str, Any]], *, source: str = "", now: datetime | N
     )
 
 
-def write(history: Path, path: Path, *, warn=lambda _m: None, now: datetime | None = None) -> Path:
-    """Render the trend page of ``history`` into ``path`` (atomically)."""
-    from gpuboot.scan import history_records
-
-    text = render(history_records(history, warn=warn), source=str(history), now=now)
+def write(
+    records: list[dict[str, Any]], path: Path, *, source: str, now: datetime | None = None
+) -> Path:
+    """Render the trend page of a history's ``records`` (scan.History.trend, read by the
+    caller: a scan passes the one it holds) into ``path`` (atomically)."""
+    text = render(records, source=source, now=now)
     return atomic_write(Path(path), text.encode("utf-8"))

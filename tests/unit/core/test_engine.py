@@ -258,7 +258,7 @@ def test_scan_judges_through_the_engine_on_an_inventory_already_loaded(inv, monk
     monkeypatch.setattr(inventory, "_ansible_hosts", lambda *_a: pytest.fail("read again"))
     monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Local())
     history = inv.parent / "history.jsonl"
-    report = scan.scan(loaded, history=history)
+    report = scan.scan(loaded, history=history).report
     assert [n["host"] for n in report["nodes"]] == ["n1", "n2", "n3"]
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert {r["inventory"] for r in records} == {str(inv)}

@@ -110,7 +110,7 @@ def scans(tmp_path, monkeypatch):
         node = _bundle_node(bundle, host, boot, *lines)
         report = {"run_id": "r", "run_dir": str(tmp_path), "bundle": str(bundle), "nodes": [node]}
         monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
-        return scan.scan(str(tmp_path / "inv.yml"), history=tmp_path / "h.jsonl")
+        return scan.scan(str(tmp_path / "inv.yml"), history=tmp_path / "h.jsonl").report
 
     return do
 

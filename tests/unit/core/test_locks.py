@@ -166,7 +166,7 @@ def _scan_once(inventory, history, barrier, results):
 
     certify.certify = slow_certify
     barrier.wait(30)
-    report = scan.scan(inventory, history=Path(history))
+    report = scan.scan(inventory, history=Path(history)).report
     results.put(report["nodes"][0]["drift"]["previous_scan"])
 
 

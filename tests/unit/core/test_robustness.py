@@ -208,7 +208,7 @@ def test_scan_warns_about_a_bad_history_line_through_its_progress(tmp_path, monk
     history.write_bytes(b'{"time": "t", "host": "n1"}\n')  # no failing: broke every later scan
     monkeypatch.setattr(certify, "certify", _fake_certify({"n1": "FAIL"}))
     said: list[str] = []
-    report = scan.scan(str(tmp_path / "inv.yml"), history=history, progress=said.append)
+    report = scan.scan(str(tmp_path / "inv.yml"), history=history, progress=said.append).report
     assert report["nodes"][0]["drift"]["new"] == ["NVL-001"]
     assert any(f"{history}:1" in m and "'failing'" in m for m in said)
 

@@ -34,7 +34,7 @@ def run(tmp_path, monkeypatch):
     def do(*nodes: dict) -> dict:
         report = {"run_id": "r", "run_dir": str(tmp_path), "nodes": list(nodes)}
         monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
-        return scan.scan(str(tmp_path / "inv.yml"), history=history)
+        return scan.scan(str(tmp_path / "inv.yml"), history=history).report
 
     return do
 

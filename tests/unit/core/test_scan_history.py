@@ -156,9 +156,11 @@ def test_a_scan_and_its_trend_page_open_the_history_once(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "open", os_open)
     monkeypatch.setattr(builtins, "open", b_open)
     monkeypatch.setattr(io, "open", b_open)
-    report = scan.scan(str(tmp_path / "inv.yml"), history=history)
-    # what `gpuboot scan` does next (cli.cmd_scan): the trend page from the history
-    page = trend.write(Path(report["history"]), tmp_path / "trend.html", now=NOW)
+    result = scan.scan(str(tmp_path / "inv.yml"), history=history)
+    report = result.report
+    # what `gpuboot scan` does next (gpuboot.cli.scan): the trend page from the history
+    records = result.history.trend.records()
+    page = trend.write(records, tmp_path / "trend.html", source=report["history"], now=NOW)
     monkeypatch.undo()
     assert len(opened) == 1, opened
     assert report["nodes"][0]["drift"]["previous_scan"] == _stamp(29)
@@ -314,7 +316,7 @@ def test_a_hostile_compacted_node_is_skipped_with_a_warning_and_starts_afresh(
     assert any(w.startswith(f"{history}:{line}: warning") for w in warned), warned
     # a scan over it: node0 is a first scan (its failures new, exit 1), never a quiet pass
     monkeypatch.setattr(certify, "certify", _fake_certify(["node0"], ["NVL-001"]))
-    report = scan.scan(str(tmp_path / "inv.yml"), history=history)
+    report = scan.scan(str(tmp_path / "inv.yml"), history=history).report
     assert report["nodes"][0]["drift"]["new"] == ["NVL-001"] and report["exit_code"] == 1
 
 
@@ -356,7 +358,7 @@ def _scan_compacting(inventory, history, barrier, results):
 
     certify.certify = slow_certify
     barrier.wait(30)
-    drift = scan.scan(inventory, history=Path(history))["nodes"][0]["drift"]
+    drift = scan.scan(inventory, history=Path(history)).report["nodes"][0]["drift"]
     results.put((f"X{os.getpid()}", drift["cleared"]))
 
 

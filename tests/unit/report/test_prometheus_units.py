@@ -178,7 +178,8 @@ def test_cli_scan_under_limit_keeps_the_other_nodes_in_the_textfile(tmp_path, mo
     def fake_scan(_inventory, *, limit=None, **_kw):  # the hosts judged: no ssh here
         report = next(runs)
         assert [n["host"] for n in report["nodes"]] == (["node1"] if limit else ["node1", "node2"])
-        return {**report, "run_dir": str(tmp_path / "run"), "history": str(tmp_path / "h")}
+        report = {**report, "run_dir": str(tmp_path / "run"), "history": str(tmp_path / "h")}
+        return scan.ScanResult(report, scan.History())
 
     monkeypatch.setattr(scan, "scan", fake_scan)
     argv = ["scan", "-q", "-i", str(inventory), "--textfile-dir", str(textfiles)]
