@@ -30,21 +30,12 @@ from gpuboot.checks.base import (
 from gpuboot.checks.smi import gpu_inventory, incomplete
 from gpuboot.checks.thresholds import band, measurement
 from gpuboot.errors import GpubootError
-from gpuboot.evidence.dcgmi import (
-    harness_fault,
-    parse_dcgmi_diag_json,
-    parse_dcgmi_diag_text,
-    status_word,
-)
+from gpuboot.evidence.dcgmi import harness_fault, status_word
+from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.nccl import parse_all_reduce_perf
-from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json, parse_nvbandwidth_text
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import NVBW_TESTS, PRECONDITIONS, dcgm_refuses_mig, mig_gpus
 from gpuboot.probes.tcpbw import parse_tcpbw
-
-# Three figures (h2d, d2h, d2d) read each nvbandwidth run of a node: parse each run once,
-# whichever form it was printed in (-j JSON or the plain text tables).
-_NVBW = {"json": parse_nvbandwidth_json, "text": parse_nvbandwidth_text}
 
 
 def _precondition(evidence: Evidence) -> None:
@@ -103,7 +94,9 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         for name, form, out in forms_in(evidence, "nvbandwidth"):
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
-            case = next((t for t in parsed(_NVBW[form], out.stdout).tests if t.name == test), None)
+            # three figures (h2d, d2h, d2d) read each run: parsed once, in whichever form
+            run = parsed(parser_of("nvbandwidth", form), out.stdout)
+            case = next((t for t in run.tests if t.name == test), None)
             if case is None:
                 continue
             if case.status != "Passed":
@@ -165,15 +158,15 @@ def check_dcgm(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
             "so it was not run; certify with MIG off to run it"
         )
     _precondition(evidence)
-    files = probes_matching(evidence, "dcgmi_diag*")
+    files = sorted(forms_in(evidence, "dcgmi_diag"), key=lambda f: f[0])  # by name: -r_1 first
     if not files:
         return _absent(ctx, "dcgm_version", "dcgmi diag")
     failed: dict[str, str] = {}
     not_run: dict[str, str] = {}
-    for name, out in files.items():
+    for name, form, out in files:
         if out.rc not in (0, 226) and not out.stdout.strip():  # 226: some tests failed
             raise ProbeFailed(tool_failure("dcgmi", out) or "dcgmi failed", where=name)
-        parse = parse_dcgmi_diag_json if name.endswith(".json") else parse_dcgmi_diag_text
+        parse = parser_of("dcgmi_diag", form)
         try:
             diag = parse(out.stdout)
         except GpubootError:

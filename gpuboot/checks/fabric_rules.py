@@ -7,7 +7,14 @@ from collections import Counter
 from dataclasses import dataclass
 
 from gpuboot.bundle.model import Evidence
-from gpuboot.bundle.names import ecn_file
+from gpuboot.bundle.names import (
+    IBSTAT_FILE,
+    LSMOD_FILE,
+    NVLINK_ERRORS_FILE,
+    NVLINK_STATUS_FILE,
+    ecn_file,
+    mlnx_qos_file,
+)
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
@@ -21,22 +28,13 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.checks.smi import gpu_inventory, incomplete
-from gpuboot.evidence.ibstat import parse_ibstat
-from gpuboot.evidence.ibstatus import parse_ibstatus
-from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
+from gpuboot.checks.stack_rules import required_modules  # components.yaml's modules
+from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos, unreadable
 from gpuboot.evidence.modules import parse_lsmod
-from gpuboot.evidence.nvlink import (
-    NvlinkErrors,
-    parse_dcgmi_nvlink_errors,
-    parse_dcgmi_nvlink_status,
-    parse_nvlink_errors,
-    parse_nvlink_status,
-)
+from gpuboot.evidence.nvlink import NvlinkErrors
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
 
-NVLINK_S = "nvidia-smi_nvlink_-s.txt"
-NVLINK_E = "nvidia-smi_nvlink_-e.txt"
 SPEED_TOLERANCE = 0.99  # nvidia-smi rounds link speeds (26.562, 25)
 # mlx5 exposes both DCQCN switches for each of the 8 priorities (grep lists all 16)
 ECN_SWITCHES = tuple((proto, prio) for proto in ("roce_np", "roce_rp") for prio in range(8))
@@ -57,25 +55,15 @@ def expected_links(ctx: NodeContext) -> list[int]:
     return [int(i) for i in ids] if ids is not None else list(range(int(nv["links_per_gpu"])))
 
 
-_NVLINK_PARSERS = {
-    ("nvlink_s", "nvidia-smi"): parse_nvlink_status,
-    ("nvlink_s", "dcgmi"): parse_dcgmi_nvlink_status,
-    ("nvlink_e", "nvidia-smi"): parse_nvlink_errors,
-    ("nvlink_e", "dcgmi"): parse_dcgmi_nvlink_errors,
-}
-
-
 def _nvlink(evidence: Evidence, kind: str):
     """(file, parsed) of the NVLink status or error counters, from ``nvidia-smi nvlink`` or
     ``dcgmi nvlink`` (whichever held; where both are, they must agree on which links are
     down, or which carry errors, per GPU)."""
     found = forms_in(evidence, kind)
     if not found:
-        want = NVLINK_S if kind == "nvlink_s" else NVLINK_E
+        want = NVLINK_STATUS_FILE if kind == "nvlink_s" else NVLINK_ERRORS_FILE
         raise MissingEvidence(f"probe {want} was not collected", where=want)
-    views = [
-        (n, parsed(_NVLINK_PARSERS[(kind, form)], _read(evidence, n))) for n, form, _o in found
-    ]
+    views = [(n, parsed(parser_of(kind, form), _read(evidence, n))) for n, form, _o in found]
     if len(views) > 1:
         agree(f"NVLink {'state' if kind == 'nvlink_s' else 'error'}", [
             (n, {g.index: _link_view(kind, g) for g in p.gpus}) for n, p in views
@@ -165,7 +153,9 @@ def _counters_complete(errors: NvlinkErrors) -> None:
     for g in blocks:
         got = {link: set(c) for link, c in g.counters.items()}
         if not want or got != want:
-            raise incomplete(f"{NVLINK_E} stops inside GPU {g.index}'s counters", NVLINK_E)
+            raise incomplete(
+                f"{NVLINK_ERRORS_FILE} stops inside GPU {g.index}'s counters", NVLINK_ERRORS_FILE
+            )
 
 
 def _needs_ofed(ctx: NodeContext) -> str | None:
@@ -190,8 +180,9 @@ class _Port:
 
 
 def _nic_ports(form: str, text: str) -> tuple[_Port, ...]:
+    parse = parser_of("nics", form)
     if form == "ibstat":
-        stat = parsed(parse_ibstat, text)  # PCI-002 reads it too
+        stat = parsed(parse, text)  # PCI-002 reads it too
         if stat.errors:
             raise ProbeFailed(f"ibstat reported: {stat.errors[0]}")
         return tuple(
@@ -205,13 +196,13 @@ def _nic_ports(form: str, text: str) -> tuple[_Port, ...]:
             _Port(p.device, p.port, None, (p.state or "").upper() == "ACTIVE",
                   None if p.phys_state is None else p.phys_state == "LinkUp",
                   p.rate_gbits_s, p.link_layer)
-            for p in parse_ibstatus(text)
+            for p in parse(text)
         )  # fmt: skip
     return tuple(
         _Port(d.hca_id, p.port, f"MT{d.vendor_part_id}" if d.vendor_part_id else None,
               p.state == "PORT_ACTIVE", _ibv_link_up(p.fields), _ibv_rate(p.fields),
               p.link_layer)
-        for d in parse_ibv_devinfo(text)
+        for d in parse(text)
         for p in d.ports
     )  # fmt: skip
 
@@ -247,7 +238,7 @@ def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
         return not_applicable(why)
     found = forms_in(evidence, "nics")
     if not found:
-        raise MissingEvidence("probe ibstat.txt was not collected", where="ibstat.txt")
+        raise MissingEvidence(f"probe {IBSTAT_FILE} was not collected", where=IBSTAT_FILE)
     views = []
     for name, form, out in found:
         if why := tool_failure(form, out):
@@ -329,7 +320,7 @@ def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     prios = _roce_priorities(ctx)
     problems = []
     for nic in eth:
-        name = f"mlnx_qos_-i_{nic['netdev']}.txt"
+        name = mlnx_qos_file(nic["netdev"])
         out = probe(evidence, name)
         if why := tool_failure("mlnx_qos", out):
             raise ProbeFailed(why, where=name)
@@ -374,21 +365,10 @@ def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     return "; ".join(problems) or None
 
 
-def required_modules(ctx: NodeContext) -> list[str]:
-    mods = ["nvidia"]
-    if ctx.enabled("nvidia_peermem_enabled"):
-        mods.append("nvidia_peermem")
-    if ctx.enabled("nvidia_fs_enabled"):
-        mods.append("nvidia_fs")
-    if ctx.hardware["nics"] and ctx.enabled("doca_ofed_enabled"):
-        mods.append("mlx5_ib")
-    return mods
-
-
 def check_modules(evidence: Evidence, ctx: NodeContext) -> str | None:
-    out = probe(evidence, "lsmod.txt")
+    out = probe(evidence, LSMOD_FILE)
     if why := tool_failure("lsmod", out):
-        raise ProbeFailed(why, where="lsmod.txt")
+        raise ProbeFailed(why, where=LSMOD_FILE)
     loaded = parse_lsmod(out.stdout)
     missing = [m for m in required_modules(ctx) if m not in loaded]
     return f"not loaded: {', '.join(missing)}" if missing else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from gpuboot.bundle.model import Evidence
 from gpuboot.bundle.names import MIG_LGI_FILE
+from gpuboot.bundle.names import QUERY_GPU_FILE as QUERY_FILE
+from gpuboot.bundle.names import SMI_Q_FILE as Q_FILE
 from gpuboot.checks.base import (
     PASS,
     SYSTEMD_STATES,
@@ -20,8 +22,6 @@ from gpuboot.checks.base import (
 )
 from gpuboot.checks.smi import (
     LOST_TEXT,
-    Q_FILE,
-    QUERY_FILE,
     gpu_table,
     lost_gpus,
     query_file,

@@ -18,20 +18,21 @@ import re
 from collections import Counter
 
 from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import IBSTAT_FILE
 from gpuboot.bundle.names import LSPCI_GPU_FILE as GPU_FILE
 from gpuboot.bundle.names import LSPCI_NIC_FILE as NIC_FILE
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
     ProbeFailed,
+    forms_in,
     parsed,
-    probes_matching,
     tool_failure,
 )
 from gpuboot.checks.smi import gpu_table
 from gpuboot.errors import ParseError
 from gpuboot.evidence import lspci
-from gpuboot.evidence.ibstat import parse_ibstat
+from gpuboot.evidence.forms import parser_of
 
 _VENDOR_ONLY = re.compile(r"-d_([0-9a-fA-F]{0,4}):")
 
@@ -40,7 +41,7 @@ def bus_functions(evidence: Evidence, vendor: str) -> dict[str, lspci.PciFunctio
     """``vendor``'s functions by address from every lspci listing in the evidence that covers
     it (``-d V:`` of another vendor does not); None when no listing covers it."""
     found: dict[str, lspci.PciFunction] | None = None
-    for name, out in probes_matching(evidence, "lspci*").items():
+    for name, _form, out in forms_in(evidence, "lspci"):
         m = _VENDOR_ONLY.search(name)
         if m and m.group(1) and m.group(1).lower() != vendor:
             continue
@@ -120,14 +121,14 @@ def _nics(evidence: Evidence, ctx: NodeContext) -> list[str]:
             )
     if not ctx.enabled("doca_ofed_enabled"):
         return problems  # no RDMA stack asked for: ibstat is not collected, nobody to ask
-    out = evidence.get("ibstat.txt")
+    out = evidence.get(IBSTAT_FILE)
     if out is None:
-        raise MissingEvidence("probe ibstat.txt was not collected", where="ibstat.txt")
-    if why := tool_failure("ibstat.txt", out):  # not declared: without OFED it may fail
+        raise MissingEvidence(f"probe {IBSTAT_FILE} was not collected", where=IBSTAT_FILE)
+    if why := tool_failure(IBSTAT_FILE, out):  # not declared: without OFED it may fail
         raise ProbeFailed(why)
-    stat = parsed(parse_ibstat, out.stdout)  # NIC-001 reads it too
+    stat = parsed(parser_of("nics", "ibstat"), out.stdout)  # NIC-001 reads it too
     if stat.errors:
-        raise ProbeFailed(f"ibstat reported: {stat.errors[0]}", where="ibstat.txt")
+        raise ProbeFailed(f"ibstat reported: {stat.errors[0]}", where=IBSTAT_FILE)
     cas = {ca.name: ca for ca in stat.cas}
     for ca_type, funcs in sorted(by_type.items()):
         seen = [name for name, ca in cas.items() if ca.ca_type == ca_type]

@@ -6,17 +6,13 @@ from __future__ import annotations
 import re
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
+from gpuboot.bundle.names import QUERY_GPU_FILE, SMI_Q_FILE
 from gpuboot.checks.base import MissingEvidence, ProbeFailed, agree, forms_in, parsed
 from gpuboot.errors import GpubootError, ParseError
+from gpuboot.evidence.forms import parser_of, query_fields
 from gpuboot.evidence.nvidia_smi_csv import CsvGpuRow, parse_query_gpu_csv
-from gpuboot.evidence.nvidia_smi_q import (
-    NvidiaSmiQ,
-    parse_nvidia_smi_q,
-    parse_nvidia_smi_q_xml,
-)
+from gpuboot.evidence.nvidia_smi_q import NvidiaSmiQ
 
-QUERY_FILE = "nvidia-smi_--query-gpu_--format=csv.csv"
-Q_FILE = "nvidia-smi_-q.txt"
 # nvidia-smi prints this instead of a row for a GPU it lost (fallen off the bus, ...).
 LOST_TEXT = "Unable to determine the device handle"
 LOST_GPU = re.compile(
@@ -50,27 +46,19 @@ def gpu_table(
     A table with fewer GPUs (rows + lost) than ``nvidia-smi -q`` says are attached is cut
     short."""
     name = query_file(evidence)
-    return parsed(_gpu_table, evidence[name], _q_text_out(evidence), name, _fields_from(name))
+    return parsed(_gpu_table, evidence[name], _q_text_out(evidence), name, query_fields(name))
 
 
 def query_file(evidence: Evidence) -> str:
     found = forms_in(evidence, "query_gpu")
     if not found:
-        raise MissingEvidence(f"probe {QUERY_FILE} was not collected", where=QUERY_FILE)
+        raise MissingEvidence(f"probe {QUERY_GPU_FILE} was not collected", where=QUERY_GPU_FILE)
     return found[0][0]
 
 
-_FIELDS = re.compile(r"--query-gpu=(.+?)_--format")
-
-
-def _fields_from(name: str) -> tuple[str, ...] | None:
-    m = _FIELDS.search(name)
-    return tuple(f.strip() for f in m.group(1).split(",")) if m else None
-
-
 def _q_text_out(evidence: Evidence) -> ProbeOutput | None:
-    if Q_FILE in evidence:
-        return evidence[Q_FILE]
+    if SMI_Q_FILE in evidence:
+        return evidence[SMI_Q_FILE]
     return next((o for _n, form, o in forms_in(evidence, "smi_q") if form == "text"), None)
 
 
@@ -182,7 +170,7 @@ def smi_q(evidence: Evidence, need: str | None = None) -> NvidiaSmiQ:
     judge the node for a missing driver)."""
     found = forms_in(evidence, "smi_q")
     if not found:
-        raise MissingEvidence(f"probe {Q_FILE} was not collected", where=Q_FILE)
+        raise MissingEvidence(f"probe {SMI_Q_FILE} was not collected", where=SMI_Q_FILE)
     # eight rules ask: each form read (and checked complete) once per node
     views = [(name, parsed(_one_q, name, form, out)) for name, form, out in found]
     if need is not None:
@@ -211,7 +199,7 @@ def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
         text, lost = "\n".join(kept), len(lines) - len(kept)
     try:
         # six rules read the same -q of a node: parsed once per node
-        q = parsed(parse_nvidia_smi_q_xml if form == "xml" else parse_nvidia_smi_q, text)
+        q = parsed(parser_of("smi_q", form), text)
     except ParseError as exc:
         why = smi_failure(out) or str(exc)
         if lost and not text.strip():
@@ -248,18 +236,18 @@ def _bus(bus: str) -> str:
 
 def _q_complete(q: NvidiaSmiQ, lost: int) -> None:
     if q.attached_gpus is None:
-        raise incomplete("nvidia-smi -q has no 'Attached GPUs' header", Q_FILE)
+        raise incomplete("nvidia-smi -q has no 'Attached GPUs' header", SMI_Q_FILE)
     if len(q.gpus) + lost < q.attached_gpus:
         raise incomplete(
             f"nvidia-smi -q lists {len(q.gpus) + lost} of its {q.attached_gpus} attached GPUs",
-            Q_FILE,
+            SMI_Q_FILE,
         )
     first, last = _last_section(q.gpus[0].fields), _last_section(q.gpus[-1].fields)
     if first != last:
         raise incomplete(
             f"nvidia-smi -q stops inside GPU {q.gpus[-1].bus_id} (its block ends at "
             f"{last!r}, the first GPU's at {first!r})",
-            Q_FILE,
+            SMI_Q_FILE,
         )
 
 

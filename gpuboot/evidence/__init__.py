@@ -8,20 +8,15 @@ Unit conventions in field names: ``_gbytes_s`` = GB/s (gigabytes per second: NCC
 NVLink, nvbandwidth), ``_gbits_s`` = Gb/s (gigabits per second: perftest, IB rates, PCIe
 notices), ``_mib``, ``_w``, ``_c``, ``_us``. N/A-style values become None.
 
-``PARSERS`` maps an evidence probe-file name pattern (fnmatch, first match wins) to its
-parser; ``parser_for(filename)`` picks one for a bundle file.
+Which bundle file holds which evidence, in which form, read by which parser, is one table:
+``gpuboot.evidence.forms.FORMS``; ``parser_for(filename)`` picks a bundle file's parser from it.
+The parsers are named here too, as the package's public face.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import os
-import re
-from collections.abc import Callable
-from typing import Any
-
 from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
+from gpuboot.evidence.forms import Parser, parser_for
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
@@ -45,58 +40,36 @@ from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
 from gpuboot.evidence.topo import parse_topo_matrix
 
-Parser = Callable[[str], Any]
-
-# Order matters: more specific patterns first (e.g. "-lgip" before "-lgi*", "-q_-x" before "-q").
-PARSERS: dict[str, Parser] = {
-    "nvidia-smi_-q_-x*.xml": parse_nvidia_smi_q_xml,
-    "nvidia-smi_-q*": parse_nvidia_smi_q,
-    "nvidia-smi_--query-gpu=*": parse_query_gpu_csv,
-    "nvidia-smi_nvlink_-s*": parse_nvlink_status,
-    "nvidia-smi_nvlink_--status*": parse_nvlink_status,
-    "nvidia-smi_nvlink_-e*": parse_nvlink_errors,
-    "nvidia-smi_nvlink_--errorcounters*": parse_nvlink_errors,
-    "nvidia-smi_topo_-m*": parse_topo_matrix,
-    "nvidia-smi_mig_-lgip*": parse_mig_lgip,
-    "nvidia-smi_mig_-lgi*": parse_mig_lgi,
-    "nvidia-smi_mig_-lci*": parse_mig_lci,
-    "all_reduce_perf*": parse_all_reduce_perf,
-    "ib_write_bw_*": parse_ib_write_bw,
-    "ibstat.txt": parse_ibstat,
-    "ibstatus.txt": parse_ibstatus,
-    "ibv_devinfo*": parse_ibv_devinfo,
-    "mlnx_qos_-i_*": parse_mlnx_qos,
-    "nvbandwidth*.json": parse_nvbandwidth_json,
-    "nvbandwidth*": parse_nvbandwidth_text,
-    "dcgmi_diag*.json": parse_dcgmi_diag_json,
-    "dcgmi_diag*": parse_dcgmi_diag_text,
-    "dmesg*": parse_kernel_log,
-    "journalctl_-k*": parse_kernel_log,
-    "lsmod.txt": parse_lsmod,
-    "lspci*": parse_lspci,
-    "proc_driver_nvidia_version.txt": parse_nvidia_version,
-    "modinfo_*": parse_modinfo,
-    "sys_class_net_*_ecn_enable*": parse_ecn_enable,
-    "dpkg-query_-W*": parse_dpkg_query,
-    "apt-mark_showhold*": parse_showhold,
-    "apt-config_dump_Unattended-Upgrade*": functools.partial(
-        parse_apt_config_list, key=UU_BLACKLIST
-    ),
-}
-
-_QUERY = re.compile(r"--query-gpu=([^_]+)")
-
-
-def parser_for(filename: str) -> Parser | None:
-    """Parser for a probe file (basename is matched), or None if no parser applies."""
-    name = os.path.basename(filename)
-    for pattern, parser in PARSERS.items():
-        if fnmatch.fnmatchcase(name, pattern):
-            if parser is parse_query_gpu_csv and (m := _QUERY.search(name)):
-                # noheader csv needs the field list, which only the command line carries
-                return functools.partial(parse_query_gpu_csv, fields=m.group(1).split(","))
-            return parser
-    return None
-
-
-__all__ = ["PARSERS", "Parser", "parser_for"]
+__all__ = [
+    "UU_BLACKLIST",
+    "Parser",
+    "parse_all_reduce_perf",
+    "parse_apt_config_list",
+    "parse_dcgmi_diag_json",
+    "parse_dcgmi_diag_text",
+    "parse_dpkg_query",
+    "parse_ecn_enable",
+    "parse_ib_write_bw",
+    "parse_ibstat",
+    "parse_ibstatus",
+    "parse_ibv_devinfo",
+    "parse_kernel_log",
+    "parse_lsmod",
+    "parse_lspci",
+    "parse_mig_lci",
+    "parse_mig_lgi",
+    "parse_mig_lgip",
+    "parse_mlnx_qos",
+    "parse_modinfo",
+    "parse_nvbandwidth_json",
+    "parse_nvbandwidth_text",
+    "parse_nvidia_smi_q",
+    "parse_nvidia_smi_q_xml",
+    "parse_nvidia_version",
+    "parse_nvlink_errors",
+    "parse_nvlink_status",
+    "parse_query_gpu_csv",
+    "parse_showhold",
+    "parse_topo_matrix",
+    "parser_for",
+]

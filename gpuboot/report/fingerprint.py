@@ -8,24 +8,20 @@ under ``unreadable`` (a certificate must not claim facts nobody observed).
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuboot.bundle.names import DPKG_FILE, IBSTAT_FILE, NVIDIA_VERSION_FILE, RPM_FILE
 from gpuboot.errors import GpubootError
-from gpuboot.evidence import parser_for
+from gpuboot.evidence.forms import files_of, parser_of, query_fields
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.nvidia_smi_csv import parse_query_gpu_csv
-from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q
 from gpuboot.evidence.topo import parse_topo_matrix
-
-DPKG_FILE = "dpkg-query_-W.txt"
-RPM_FILE = "rpm_-qa.txt"  # EL nodes: gpuboot.node_collect reads rpm instead of dpkg
 
 # Packages that make up the GPU/network stack; the full package list is kept as a digest.
 _STACK_PKG = re.compile(
@@ -34,18 +30,19 @@ _STACK_PKG = re.compile(
 )
 
 
-def _first(files: dict[str, Path], *patterns: str) -> Path | None:
-    for pattern in patterns:
-        for name in sorted(files):
-            if fnmatch.fnmatchcase(name, pattern):
-                return files[name]
-    return None
+def _held(files: dict[str, Path], kind: str, *forms: str) -> tuple[Path | None, str]:
+    """The file of one evidence kind (of ``forms``, if named) the rules would read first,
+    and its form (gpuboot.evidence.forms)."""
+    for name, form in files_of(kind, files):
+        if not forms or form in forms:
+            return files[name], form
+    return None, ""
 
 
 def _gpus_from_csv(path: Path) -> list[dict[str, Any]]:
-    # certify names the file without the field list (the csv has a header): plain parser.
-    parser = parser_for(path.name) or parse_query_gpu_csv
-    table = parser(path.read_text(errors="replace"))
+    # certify names the file without the field list (the csv has a header): no fields.
+    fields = query_fields(path.name)
+    table = parse_query_gpu_csv(path.read_text(errors="replace"), list(fields) if fields else None)
     gpus = []
     for row in table.rows:
         gpus.append(
@@ -71,8 +68,8 @@ def _field(fields: dict[str, str | None], *keys: str) -> str | None:
     return next((fields[k] for k in keys if fields.get(k)), None)
 
 
-def _gpus_from_q(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    q = parse_nvidia_smi_q(path.read_text(errors="replace"))
+def _gpus_from_q(path: Path, form: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    q = parser_of("smi_q", form)(path.read_text(errors="replace"))
     gpus = [
         {
             "index": i,
@@ -106,7 +103,7 @@ def _fill(gpus: list[dict[str, Any]], other: list[dict[str, Any]]) -> None:
 
 
 def _nics(path: Path) -> list[dict[str, Any]]:
-    if path.name == "ibstat.txt":
+    if path.name == IBSTAT_FILE:
         stat = parse_ibstat(path.read_text(errors="replace"))
         return [
             {
@@ -190,9 +187,9 @@ def host_fingerprint(host_dir: Path) -> dict[str, Any]:
             unreadable[path.name] = str(exc)
             return None
 
-    q_path = _first(files, "nvidia-smi_-q_-x*.xml", "nvidia-smi_-q*")
-    q = part(q_path, _gpus_from_q)
-    gpus = part(_first(files, "nvidia-smi_--query-gpu*"), _gpus_from_csv)
+    q_path, q_form = _held(files, "smi_q")
+    q = part(q_path, lambda p: _gpus_from_q(p, q_form))
+    gpus = part(_held(files, "query_gpu")[0], _gpus_from_csv)
     if gpus is None and q is not None:
         gpus = q[0]
     elif gpus is not None and q is not None:
@@ -201,15 +198,16 @@ def host_fingerprint(host_dir: Path) -> dict[str, Any]:
         out["gpus"] = gpus
     driver: dict[str, Any] = dict(q[1]) if q else {}
     if module := part(
-        files.get("proc_driver_nvidia_version.txt"),
+        files.get(NVIDIA_VERSION_FILE),
         lambda p: parse_nvidia_version(p.read_text(errors="replace")),
     ):
         driver.update(kernel_module_version=module.version, kernel_module_flavor=module.flavor)
     if driver:
         out["driver"] = driver
-    if (nics := part(_first(files, "ibstat.txt", "ibv_devinfo*"), _nics)) is not None:
+    nic_path = files.get(IBSTAT_FILE) or _held(files, "nics", "ibv_devinfo")[0]
+    if (nics := part(nic_path, _nics)) is not None:
         out["nics"] = nics
-    if topo := part(_first(files, "nvidia-smi_topo_-m*"), _pcie_topology):
+    if topo := part(_held(files, "topo")[0], _pcie_topology):
         out["pcie_topology"] = topo
     if stack := part(files.get(DPKG_FILE), _stack) or part(files.get(RPM_FILE), _rpm_stack):
         out["stack"] = stack

@@ -15,7 +15,8 @@ import pytest
 from gpuboot.bundle.manifest import write_manifest
 from gpuboot.bundle.store import read_host_bundle
 from gpuboot.certify import evaluate_bundle
-from gpuboot.checks import fabric_rules, pci_rules, rules, smi, stack_rules
+from gpuboot.checks import rules, stack_rules
+from gpuboot.evidence import forms
 from gpuboot.profiles import load_profile
 
 NODE = Path(__file__).parents[2] / "fixtures" / "evaluate" / "lab-h100-550-quick" / "node1"
@@ -24,7 +25,7 @@ NODE = Path(__file__).parents[2] / "fixtures" / "evaluate" / "lab-h100-550-quick
 @pytest.fixture
 def parses(monkeypatch) -> Counter:
     """How often each parser the rules share runs (one counting wrapper per parser,
-    installed in every rule module that calls it)."""
+    installed in the registry of forms, or in the rule module that calls it)."""
     calls: Counter = Counter()
 
     def counting(name, fn):
@@ -34,13 +35,11 @@ def parses(monkeypatch) -> Counter:
 
         return wrapper
 
-    ibstat = counting("ibstat", pci_rules.parse_ibstat)
-    monkeypatch.setattr(pci_rules, "parse_ibstat", ibstat)
-    monkeypatch.setattr(fabric_rules, "parse_ibstat", ibstat)
+    for key, name in ((("nics", "ibstat"), "ibstat"), (("smi_q", "text"), "-q")):
+        monkeypatch.setitem(forms._PARSER, key, counting(name, forms.parser_of(*key)))
     monkeypatch.setattr(
         stack_rules, "parse_dpkg_query", counting("dpkg", stack_rules.parse_dpkg_query)
     )
-    monkeypatch.setattr(smi, "parse_nvidia_smi_q", counting("-q", smi.parse_nvidia_smi_q))
     return calls
 
 
