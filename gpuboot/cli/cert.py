@@ -14,7 +14,9 @@ def register(verbs, common) -> None:
         help="certificate keys and checks: keygen, verify",
         epilog="exit codes: 0 done (verify: valid), 1 the certificate is not valid, 2 bad input",
     )
-    actions = cert.add_subparsers(dest="cert_action", required=True, parser_class=type(cert))
+    actions = cert.add_subparsers(
+        dest="cert_action", required=True, metavar="{keygen,verify}", parser_class=type(cert)
+    )
     keygen = actions.add_parser(
         "keygen", parents=[common], help="create an Ed25519 signing key pair (PATH, PATH.pub)"
     )

@@ -4,8 +4,10 @@ evidence collected, reports and certificates written, the join gate applied."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from gpuboot.cli import cert, options
+from gpuboot.cli.document import RunDocument
 from gpuboot.cli.outcome import Outcome, deprecated
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
 
@@ -105,7 +107,7 @@ def _certify_inventory(args, inv) -> Outcome:
         validity_days=args.cert_validity_days,
         allow_warn=args.allow_warn,
     )
-    report["reports"] = {name: str(path) for name, path in written.items()}
+    run = RunDocument(report, written)
     code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
     text = render.verdict_text(report) + f"\nreport: {written['html']}"
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
@@ -113,19 +115,23 @@ def _certify_inventory(args, inv) -> Outcome:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
         text += render.partial_text(certs)
     if args.calibrate:
-        text += _calibrate(args, report)
+        run.calibration = _calibrate(args, report)
+        text += render.calibration_text(run.calibration)
     if args.kubeconfig:
-        actions, gate_ok = gate.apply(
-            args, inv, report, allow_warn=args.allow_warn, allow_partial=args.allow_partial
+        run.gate, gate_ok = gate.apply(
+            args,
+            inv,
+            run.with_reports(),
+            allow_warn=args.allow_warn,
+            allow_partial=args.allow_partial,
         )
-        report["k8s_gate"] = [a.to_dict() for a in actions]
-        text += render.gate_text(actions)
+        text += render.gate_text(run.gate)
         code = code if gate_ok else EXIT_NODE_FAILED
-    return Outcome(code, report, text)
+    return Outcome(code, run.to_dict(), text)
 
 
-def _calibrate(args, report) -> str:
-    """--calibrate FILE: the healthy nodes' medians as a thresholds file; the lines saying so."""
+def _calibrate(args, report) -> dict[str, Any]:
+    """--calibrate FILE: the healthy nodes' medians written as a thresholds file."""
     from pathlib import Path
 
     import yaml
@@ -139,11 +145,4 @@ def _calibrate(args, report) -> str:
         "# group_vars for these nodes.\n"
         + yaml.safe_dump({"gpuboot_thresholds": baseline["gpuboot_thresholds"]})
     )
-    report["calibration"] = {**baseline, "file": args.calibrate}
-    text = (
-        f"\ncalibration: {len(baseline['gpuboot_thresholds'])} figure(s) from "
-        f"{len(baseline['healthy_nodes'])} node(s) -> {args.calibrate}"
-    )
-    for figure, why in baseline["skipped"].items():
-        text += f"\n  {figure} not calibrated: {why}"
-    return text
+    return {**baseline, "file": args.calibrate}

@@ -236,6 +236,16 @@ def partial_text(paths: list[Any]) -> str:
     return text
 
 
+def calibration_text(calibration: dict[str, Any]) -> str:
+    text = (
+        f"\ncalibration: {len(calibration['gpuboot_thresholds'])} figure(s) from "
+        f"{len(calibration['healthy_nodes'])} node(s) -> {calibration['file']}"
+    )
+    for figure, why in calibration["skipped"].items():
+        text += f"\n  {figure} not calibrated: {why}"
+    return text
+
+
 def gate_text(actions) -> str:
     """One line per node the Kubernetes join gate looked at."""
     text = ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from gpuboot.cli import options
+from gpuboot.cli.document import RunDocument
 from gpuboot.cli.outcome import Outcome
 from gpuboot.errors import EXIT_NODE_FAILED
 from gpuboot.verdict import BAD
@@ -79,12 +80,12 @@ def _scan_inventory(args, inv) -> Outcome:
     written = write_reports(
         report, Path(report["run_dir"]) / "reports", key_path=None, kind=prometheus.SCAN
     )
-    report["reports"] = {name: str(path) for name, path in written.items()}
+    run = RunDocument(report, dict(written))
     # the fleet trend page beside the report: the history up to this scan, as the scan
     # holds it (not read again)
     page = Path(written["html"]).with_name(trend.NAME)
-    report["reports"]["trend"] = str(
-        trend.write(result.history.trend.records(), page, source=report["history"])
+    run.written["trend"] = trend.write(
+        result.history.trend.records(), page, source=report["history"]
     )
     warning = None
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
@@ -92,7 +93,7 @@ def _scan_inventory(args, inv) -> Outcome:
         prom, warning = prometheus.write_merged(
             report, Path(args.textfile_dir) / "gpuboot-scan.prom"
         )
-        report["reports"]["textfile"] = str(prom)
+        run.written["textfile"] = prom
     code = scan.exit_code(report)  # new drift, not judged, still failing (gpuboot/scan.py)
     text = render.verdict_text(report) + (f"\n{warning}" if warning else "")
     text += "".join(f"\n{line}" for line in scan.drift_lines(report))
@@ -101,8 +102,7 @@ def _scan_inventory(args, inv) -> Outcome:
         # Only failing nodes go to the gate (taken out of service); a node that passes a
         # scan stays as it is: certify, with its bandwidth probes, lets nodes back in.
         failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in BAD]}
-        actions, gate_ok = gate.apply(args, inv, failed)
-        report["k8s_gate"] = [a.to_dict() for a in actions]
-        text += render.gate_text(actions)
+        run.gate, gate_ok = gate.apply(args, inv, failed)
+        text += render.gate_text(run.gate)
         code = code if gate_ok else EXIT_NODE_FAILED
-    return Outcome(code, report, text)
+    return Outcome(code, run.to_dict(), text)
