@@ -65,7 +65,7 @@ def stack_overlay(inv: Inventory, run_dir: Path) -> Path | None:
     """An inventory layered after the operator's: the role variables gpuboot derives for
     each host (its stack's pins, its profile's RoCE rails).
 
-    Stacks and profiles were resolved and checked in Python (inventory.py), so the roles
+    Stacks and profiles were resolved and checked in Python (gpuboot.inventory), so the roles
     receive plain, already-validated variables and never parse gpuboot's files.
     """
     if not any(view.role_vars for view in inv.views.values()):

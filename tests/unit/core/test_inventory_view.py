@@ -14,7 +14,7 @@ from gpuboot import install, inventory, plan, transport
 from gpuboot.checks.rules import RULES
 from gpuboot.inventory import load_inventory, with_derived
 
-CHECKS = Path(inventory.__file__).parent / "checks" / "test_node.py"
+CHECKS = Path(install.__file__).parent / "checks" / "test_node.py"
 INVENTORY = """\
 all:
   vars: {gpuboot_profile: hgx-h100-sxm-8gpu}
