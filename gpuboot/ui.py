@@ -1,4 +1,4 @@
-"""Formatting for humans: tables and live per-host progress (pure; cli.py writes)."""
+"""Formatting for humans: tables and live per-host progress (pure; gpuboot.cli prints)."""
 
 from __future__ import annotations
 
