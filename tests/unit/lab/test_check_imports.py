@@ -38,3 +38,33 @@ def test_each_crossing_is_named(tmp_path: Path) -> None:
         "gpuboot_lab/emulator/gpuemu:1",
     ]
     assert "the product never imports the lab" in found[0]
+
+
+def test_an_import_cycle_is_named_with_each_of_its_lines(tmp_path: Path) -> None:
+    _write(tmp_path, "gpuboot/__init__.py", "")
+    _write(tmp_path, "gpuboot/a.py", "from gpuboot import b\n")
+    # hidden in a function, and through a package's module: still a cycle
+    _write(tmp_path, "gpuboot/b.py", "def f():\n    from gpuboot.pkg.c import x\n")
+    _write(tmp_path, "gpuboot/pkg/__init__.py", "from gpuboot.pkg.c import x\n")
+    _write(tmp_path, "gpuboot/pkg/c.py", "from .. import a\nx = 1\n")
+    _write(tmp_path, "gpuboot/d.py", "from gpuboot.pkg import c\nimport gpuboot.a\n")  # no cycle
+    found = check_imports.violations(tmp_path)
+    assert [line.split(" (import cycle")[0] for line in found] == [
+        "gpuboot/a.py:1: imports gpuboot.b",
+        "gpuboot/b.py:2: imports gpuboot.pkg.c",
+        "gpuboot/pkg/c.py:1: imports gpuboot.a",
+    ]
+    assert all("gpuboot.a <-> gpuboot.b <-> gpuboot.pkg.c)" in line for line in found)
+
+
+def test_rules_and_parsers_import_no_collection_nor_engine(tmp_path: Path) -> None:
+    _write(tmp_path, "gpuboot/checks/ok.py", "from gpuboot.bundle.model import Evidence\n")
+    _write(tmp_path, "gpuboot/checks/bad.py", "from gpuboot import engine\n")
+    _write(tmp_path, "gpuboot/evidence/bad.py", "def f():\n    import gpuboot.collect\n")
+    _write(tmp_path, "gpuboot/evidence/fine.py", "from gpuboot.collector_notes import x\n")
+    _write(tmp_path, "gpuboot/checks/conftest.py", "from gpuboot.engine import run\n")  # harness
+    found = check_imports.violations(tmp_path)
+    assert found == [
+        "gpuboot/checks/bad.py:1: imports gpuboot.engine (" + check_imports.WHY_PURE + ")",
+        "gpuboot/evidence/bad.py:2: imports gpuboot.collect (" + check_imports.WHY_PURE + ")",
+    ]
