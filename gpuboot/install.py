@@ -237,11 +237,7 @@ def install(
         budget=failure_budget(max_fail, len(hosts)),
         check=check,
     )
-    held = (
-        contextlib.nullcontext()
-        if check
-        else locks.hold({h: locks.machine(h, inv.hosts.get(h, {})) for h in hosts}, "install")
-    )
+    held = contextlib.nullcontext() if check else locks.hold_hosts(inv, hosts, "install")
     with held:
         return _roll_out(
             inv,

@@ -127,8 +127,12 @@ def hold_inventory(inv: Inventory, limit: str | None, verb: str):
     """Hold the machines of the hosts ``limit`` selects in ``inv`` (all without it)."""
     from gpuboot.inventory import select_hosts
 
-    hosts = select_hosts(inv, limit)
-    return hold({h: machine(h, inv.hosts.get(h, {})) for h in hosts}, verb)
+    return hold_hosts(inv, select_hosts(inv, limit), verb)
+
+
+def hold_hosts(inv: Inventory, hosts: list[str], verb: str):
+    """Hold the machines of ``hosts``, hosts of ``inv``."""
+    return hold({h: machine(h, inv.hosts[h]) for h in hosts}, verb)
 
 
 @contextlib.contextmanager
