@@ -32,6 +32,11 @@ _COMPONENT_KEYS = {
     "reboot",
     "restarts",
     "families",
+    "supersede",
+    "switch",
+    "modules",
+    "hardware",
+    "services",
 }
 _ROLE_KEYS = {"needs", "rules", "whole_stack", "undo"}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -48,6 +53,17 @@ class Component:
     reboot: bool
     restarts: tuple[str, ...]
     families: dict[str, tuple[tuple[str, str], ...]]  # os family -> (pattern, slot)
+    supersede: bool  # the role removes installed rivals its families match
+    switch: str  # the role variable that turns its pins off
+    modules: tuple[str, ...]  # kernel modules it loads (MOD-001)
+    hardware: str | None  # its modules only on a SKU with this hardware
+    services: tuple[str, ...]  # systemd units it runs
+
+    def supersede_patterns(self, os_family: str) -> list[str]:
+        """The patterns of installed packages its role removes first on such a node."""
+        if not self.supersede:
+            return []
+        return [pattern for pattern, _ in self.families.get(os_family, ())]
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,11 @@ def _component(r: _Reader, name: str, raw: Any, roles_dir: Path) -> Component:
         reboot=r.boolean(data, key, "reboot", False),
         restarts=r.strings(data.get("restarts", []), f"{key}.restarts"),
         families=_families(r, data.get("families", {}), f"{key}.families"),
+        supersede=r.boolean(data, key, "supersede", True),
+        switch=r.name(data.get("switch", f"{data['prefix']}_enabled"), f"{key}.switch"),
+        modules=r.strings(data.get("modules", []), f"{key}.modules"),
+        hardware=r.name(data["hardware"], f"{key}.hardware") if "hardware" in data else None,
+        services=r.strings(data.get("services", []), f"{key}.services"),
     )
 
 

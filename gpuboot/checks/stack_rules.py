@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import cache
 from types import MappingProxyType
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
@@ -27,6 +28,7 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
+from gpuboot.components import Component, components, load
 from gpuboot.errors import ParseError
 from gpuboot.evidence.modules import parse_nvidia_version
 from gpuboot.evidence.packages import (
@@ -56,19 +58,17 @@ VERSIONLOCK = "dnf_versionlock_list.txt"
 MODULES = "dnf_module_list_--enabled.txt"
 DNF_AUTOMATIC = "systemctl_show_dnf-automatic.txt"
 NV_VERSION = "proc_driver_nvidia_version.txt"
-# Pin lists as the roles take them (gpuboot.stacks.role_vars), with the switch that turns
-# each one off. The kernel is pinned only where gpuboot manages it (not in the lab).
-PIN_LISTS = (
-    ("kernel_packages", "gpuboot_baseline_manage_kernel"),
-    ("doca_ofed_packages", "doca_ofed_enabled"),
-    ("nvidia_driver_packages", None),
-    ("nvidia_fabricmanager_packages", "nvidia_fabricmanager_enabled"),
-    ("nvidia_nscq_packages", "nvidia_nscq_enabled"),
-    ("cuda_toolkit_packages", "cuda_toolkit_enabled"),
-    ("nvidia_fs_packages", "nvidia_fs_enabled"),
-    ("nvidia_container_toolkit_packages", "nvidia_container_toolkit_enabled"),
-    ("dcgm_packages", "dcgm_enabled"),
-)
+
+
+@cache
+def _pinned_components() -> tuple[Component, ...]:
+    """The components with pins, in the order their roles install them (the table's
+    roles), as the pin lists are named in messages."""
+    table = load()
+    order = [r.name for r in table.roles]
+    return tuple(
+        sorted((c for c in table.components if c.pinned), key=lambda c: order.index(c.role))
+    )
 
 
 def _read(evidence: Evidence, name: str) -> str:
@@ -160,8 +160,11 @@ def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:
     ``name-[epoch:]version-release``)."""
     el = ctx.var("gpuboot_os_family", "debian") == "redhat"
     pins = []
-    for var, switch in PIN_LISTS:
-        if switch is not None and ctx.var(switch, True) is False:
+    # each component's pin list as the roles take it (gpuboot.stacks.role_vars), unless
+    # its switch turns it off (the kernel is pinned only where gpuboot manages it)
+    for c in _pinned_components():
+        var = f"{c.prefix}_packages"
+        if ctx.var(c.switch, True) is False:
             continue
         for spec in ctx.var(var) or ():
             if not el:
@@ -173,6 +176,18 @@ def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:
             except ParseError as exc:
                 raise MissingEvidence(f"{var}: {exc}", where=ctx.host) from None
     return pins
+
+
+def required_modules(ctx: NodeContext) -> list[str]:
+    """The kernel modules the host's stack loads: each component's of the table that the
+    stack enables (one tied to hardware only on a SKU that has it)."""
+    mods = []
+    for c in components():
+        if not c.modules or (c.optional and not ctx.enabled(f"{c.prefix}_enabled")):
+            continue
+        if c.hardware is None or ctx.hardware[c.hardware]:
+            mods.extend(c.modules)
+    return mods
 
 
 def check_pinned_packages(evidence: Evidence, ctx: NodeContext) -> Result | str | None:

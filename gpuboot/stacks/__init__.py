@@ -20,6 +20,7 @@ from gpuboot.stacks.plan import (
     needs_reboot,
     restarts,
     role_vars,
+    table_vars,
 )
 from gpuboot.stacks.rules import RULES, Rule, Violation, check_stack, require_compatible
 
@@ -48,6 +49,7 @@ __all__ = [
     "require_compatible",
     "restarts",
     "role_vars",
+    "table_vars",
 ]
 
 

@@ -81,8 +81,26 @@ def _pin_strings(pins: Pins, os_family: str) -> list[str]:
     return [f"{p.name}{sep}{p.version}" for p in pins.packages]
 
 
+def table_vars(os_family: str = "debian") -> dict[str, Any]:
+    """What the roles take from gpuboot/components.yaml on a node of ``os_family``, with a
+    stack or without one (a driver pinned alone): each component's package patterns its
+    role removes first (``<prefix>_supersede``), its kernel modules (``<prefix>_modules``)
+    and its systemd units (``<prefix>_services``), where the table names any."""
+    check_os_family(os_family)
+    out: dict[str, Any] = {}
+    for c in component_table():
+        if c.supersede and c.families:
+            out[f"{c.prefix}_supersede"] = c.supersede_patterns(os_family)
+        if c.modules:
+            out[f"{c.prefix}_modules"] = list(c.modules)
+        if c.services:
+            out[f"{c.prefix}_services"] = list(c.services)
+    return out
+
+
 def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
-    """The variables the roles take, for one OS family (names as in roles/*/defaults)."""
+    """The variables the roles take, for one OS family (names as in roles/*/defaults):
+    the stack's pins and switches, and the table's (``table_vars``)."""
     check_os_family(os_family)
     kernel = stack.kernel_pins(os_family)
     driver = stack.driver.pins_for(os_family)
@@ -113,7 +131,7 @@ def role_vars(stack: Stack, os_family: str = "debian") -> dict[str, Any]:
         out[f"{prefix}_package"] = pins.package if pins else None
         out[f"{prefix}_version"] = pins.version if pins else None
         out[f"{prefix}_packages"] = _pin_strings(pins, os_family) if pins else []
-    return out
+    return {**out, **table_vars(os_family)}
 
 
 def driver_module_profile(stream: str, fabricmanager: bool) -> str:

@@ -21,7 +21,7 @@ from gpuboot.bundle import meta as bundle_meta
 from gpuboot.checks.rules import check_table_rules
 from gpuboot.components import OS_FAMILIES, TABLE, load
 from gpuboot.errors import ConfigError
-from gpuboot.stacks import load_stack, model, plan, role_vars
+from gpuboot.stacks import load_stack, model, plan, role_vars, table_vars
 
 ROOT = paths.PACKAGE_DIR.parent
 
@@ -268,8 +268,10 @@ def test_derived_role_variable_prefixes():
         "nvidia_container_toolkit",
         "dcgm",
     )
-    # every variable role_vars writes is one a bundle may record
-    assert set(role_vars(load_stack("lts-550-cuda12.4"))) <= bundle_meta.BUNDLE_VARS
+    # every stack variable role_vars writes is one a bundle may record (the table's
+    # patterns, modules and units are no node's state: the rules read the table itself)
+    stack_vars = set(role_vars(load_stack("lts-550-cuda12.4"))) - set(table_vars("debian"))
+    assert stack_vars <= bundle_meta.BUNDLE_VARS
 
 
 # The slot table as plan.py spelled it before components.yaml.
@@ -377,3 +379,70 @@ def test_derived_molecule_matrix():
         "nvidia_peermem": ("gpuboot_apt_repo doca_ofed nvidia_driver", "MOD-001"),
         "roce_qos": ("gpuboot_apt_repo doca_ofed", "NIC-002 or NIC-003"),
     }
+
+
+# The supersede lists the roles spelled by hand before the table's families reached them
+# (roles/*/vars|tasks at 564ca3f): role -> OS family -> patterns (re.fullmatch).
+_OLD_SUPERSEDE = {
+    "nvidia_driver": {
+        "debian": ["(nvidia-driver|nvidia-dkms|nvidia-utils|nvidia-compute-utils)-[0-9]+(-open)?"],
+        "redhat": ["kmod-nvidia-(open|latest)-dkms"],
+    },
+    "nvidia_driver_fm_profile": {
+        "redhat": [
+            "kmod-nvidia-(open|latest)-dkms",
+            "nvidia-fabric-?manager(-[0-9]+)?",
+            "libnvidia-nscq(-[0-9]+)?",
+        ],
+    },
+    "nvidia_fabricmanager": {
+        "debian": ["(nvidia-fabricmanager|libnvidia-nscq)-[0-9]+", "nvidia-fabric-manager"],
+        "redhat": ["nvidia-fabric-?manager(-[0-9]+)?", "libnvidia-nscq(-[0-9]+)?"],
+    },
+    "cuda_toolkit": {f: ["cuda-toolkit-[0-9]+-[0-9]+"] for f in ("debian", "redhat")},
+    "nvidia_gds": {f: ["nvidia-gds-[0-9]+-[0-9]+"] for f in ("debian", "redhat")},
+    "dcgm": {f: ["datacenter-gpu-manager(-4-core|-4-cuda[0-9]+)?"] for f in ("debian", "redhat")},
+}
+
+
+def _new_supersede(role: str, family: str) -> list[str]:
+    v = table_vars(family)
+    return {
+        "nvidia_driver": v["nvidia_driver_supersede"],
+        "nvidia_driver_fm_profile": v["nvidia_driver_supersede"]
+        + v["nvidia_fabricmanager_supersede"]
+        + v["nvidia_nscq_supersede"],
+        "nvidia_fabricmanager": v["nvidia_fabricmanager_supersede"] + v["nvidia_nscq_supersede"],
+        "cuda_toolkit": v["cuda_toolkit_supersede"],
+        "nvidia_gds": v["nvidia_fs_supersede"],
+        "dcgm": v["dcgm_supersede"],
+    }[role]
+
+
+def test_derived_supersede_patterns_remove_what_the_roles_removed():
+    names = _package_names() | {"nvidia-fabric-manager", "libnvidia-nscq-570", "linux-generic"}
+    for role, families in _OLD_SUPERSEDE.items():
+        for family, old in families.items():
+            new = _new_supersede(role, family)
+            matched = {n for n in names if any(re.fullmatch(p, n) for p in new)}
+            assert matched == {n for n in names if any(re.fullmatch(p, n) for p in old)}, (
+                role,
+                family,
+            )
+    assert "kernel_supersede" not in table_vars("debian")  # old kernels stay installed
+
+
+def test_derived_required_modules():
+    from types import SimpleNamespace
+
+    from gpuboot.checks.stack_rules import required_modules
+
+    def ctx(nics, **enabled):
+        return SimpleNamespace(enabled=lambda var: enabled.get(var, False), hardware={"nics": nics})
+
+    every = ctx(
+        ["mlx5_0"], nvidia_peermem_enabled=True, nvidia_fs_enabled=True, doca_ofed_enabled=True
+    )
+    assert set(required_modules(every)) == {"nvidia", "nvidia_peermem", "nvidia_fs", "mlx5_ib"}
+    assert required_modules(ctx([], doca_ofed_enabled=True)) == ["nvidia"]
+    assert required_modules(ctx(["mlx5_0"], nvidia_fs_enabled=True)) == ["nvidia", "nvidia_fs"]
