@@ -1,9 +1,12 @@
 """The component table (gpuboot/components.yaml) as frozen data, checked on load.
 
 Each component of the GPU software stack and each role that delivers one is named once
-there; the stack model, the upgrade plan, role_vars, the bundle's allow-list and the
-molecule matrix derive their lists from it. Every fault in the file is a ConfigError
-naming the file and the key.
+there; the stack model (a table keyed by component), the upgrade plan, role_vars and
+table_vars (the roles' pins, supersede patterns, modules and units), the stack rules' pin
+lists and required modules, the bundle's allow-list and the molecule matrix derive their
+lists from it. Every fault in the file is a ConfigError naming the file and the key. It
+imports nothing of the rules: gpuboot.checks.rules.check_table_rules checks that the
+roles' rules exist.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class Component:
     restarts: tuple[str, ...]
     families: dict[str, tuple[tuple[str, str], ...]]  # os family -> (pattern, slot)
     supersede: bool  # the role removes installed rivals its families match
-    switch: str  # the role variable that turns its pins off
+    switch: str | None  # the role variable that turns its pins off (None: none does)
     modules: tuple[str, ...]  # kernel modules it loads (MOD-001)
     hardware: str | None  # its modules only on a SKU with this hardware
     services: tuple[str, ...]  # systemd units it runs
@@ -174,6 +177,11 @@ def _families(r: _Reader, value: Any, key: str) -> dict[str, tuple[tuple[str, st
     return out
 
 
+def _switch(r: _Reader, data: dict[str, Any], key: str) -> str | None:
+    value = data.get("switch", f"{data['prefix']}_enabled")
+    return None if value is None else r.name(value, f"{key}.switch")
+
+
 def _component(r: _Reader, name: str, raw: Any, roles_dir: Path) -> Component:
     key = f"components.{name}"
     data = r.mapping(raw, key, _COMPONENT_KEYS)
@@ -192,7 +200,7 @@ def _component(r: _Reader, name: str, raw: Any, roles_dir: Path) -> Component:
         restarts=r.strings(data.get("restarts", []), f"{key}.restarts"),
         families=_families(r, data.get("families", {}), f"{key}.families"),
         supersede=r.boolean(data, key, "supersede", True),
-        switch=r.name(data.get("switch", f"{data['prefix']}_enabled"), f"{key}.switch"),
+        switch=_switch(r, data, key),
         modules=r.strings(data.get("modules", []), f"{key}.modules"),
         hardware=r.name(data["hardware"], f"{key}.hardware") if "hardware" in data else None,
         services=r.strings(data.get("services", []), f"{key}.services"),

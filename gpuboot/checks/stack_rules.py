@@ -164,7 +164,7 @@ def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:
     # its switch turns it off (the kernel is pinned only where gpuboot manages it)
     for c in _pinned_components():
         var = f"{c.prefix}_packages"
-        if ctx.var(c.switch, True) is False:
+        if c.switch is not None and ctx.var(c.switch, True) is False:
             continue
         for spec in ctx.var(var) or ():
             if not el:

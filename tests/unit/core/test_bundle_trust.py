@@ -370,9 +370,9 @@ def _rule_vars() -> set[str]:
         text = src.read_text()
         names |= set(re.findall(pattern, text))
         names |= set(re.findall(r"""hostvars\[["']([a-z0-9_]+)""", text))
-    from gpuboot.checks.stack_rules import PIN_LISTS
+    from gpuboot.components import components  # the pin lists and switches STK-002 reads
 
-    names |= {n for pair in PIN_LISTS for n in pair if n}
+    names |= {v for c in components() if c.pinned for v in (f"{c.prefix}_packages", c.switch) if v}
     return names
 
 
