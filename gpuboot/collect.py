@@ -26,7 +26,7 @@ from gpuboot.bundle.model import (
 from gpuboot.bundle.names import is_safe_name
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.packages import DPKG_QUERY
-from gpuboot.probes import PRECONDITIONS, Probe, precondition_script
+from gpuboot.probes import Probe, precondition_script
 
 # Fields of the one --query-gpu call; the file name records the command, the fields
 # are kept in meta.json.
@@ -122,7 +122,7 @@ def script(
     lines += [_run_line(p, procfs, sysfs) for p in probes]
     if bandwidth:
         lines += precondition_script(names.SMI_Q_FILE)
-        lines.append(f"if [ ! -s {PRECONDITIONS} ]; then")
+        lines.append(f"if [ ! -s {names.PRECONDITIONS_FILE} ]; then")
         lines += [_run_line(p, procfs, sysfs) for p in bandwidth]
         lines.append("fi")
     lines += ["tar -cf - . | base64 -w0", 'cd / && rm -rf "$d"']
@@ -135,7 +135,7 @@ def expected_files(
     """(probe files, which come with .stderr/.rc companions; plain files) the collection
     script with these arguments can produce: nothing else is accepted from a node."""
     files = frozenset(p.file for p in (*probes, *bandwidth))
-    return files, frozenset({PRECONDITIONS} if bandwidth else ())
+    return files, frozenset({names.PRECONDITIONS_FILE} if bandwidth else ())
 
 
 def parse_rc(text: str | None) -> int:

@@ -66,7 +66,7 @@ def _pci(text: str) -> str:
 
 
 def observe(evidence: dict[str, Any]) -> Observation:
-    """Boot id and hardware faults in one node's evidence (gpuboot.collect.Evidence). What
+    """Boot id and hardware faults in one node's evidence (gpuboot.bundle.model.Evidence). What
     cannot be read adds nothing: the rules already judge unreadable evidence ERROR."""
     from gpuboot.checks.smi import smi_q
     from gpuboot.evidence.kernel_log import parse_kernel_log

@@ -28,6 +28,8 @@ REBOOT_REQUIRED_FILE = "reboot-required.txt"
 FABRICMANAGER_FILE = "systemctl_is-active_nvidia-fabricmanager.txt"
 BOOT_ID_FILE = "proc_sys_kernel_random_boot_id.txt"
 IBSTAT_FILE = "ibstat.txt"
+# why the bandwidth probes did not run (probe lock held, GPUs busy); empty when they did
+PRECONDITIONS_FILE = "gpuboot-preconditions.txt"
 # the package manager: Debian
 DPKG_FILE = "dpkg-query_-W.txt"
 APT_HOLDS_FILE = "apt-mark_showhold.txt"
@@ -45,6 +47,28 @@ def mlnx_qos_file(netdev: str) -> str:
 
 def ecn_file(netdev: str) -> str:
     return f"sys_class_net_{netdev}_ecn_enable.txt"
+
+
+# the bandwidth probes, one file per run (run = 1, 2, ...: the rules take the median)
+def nvbandwidth_file(test: str, run: int) -> str:
+    return f"nvbandwidth_-j_-t_{test}.run{run}.json"
+
+
+def all_reduce_file(size: str, ngpus: int, run: int) -> str:
+    return f"all_reduce_perf_-b_{size}_-e_{size}_-g_{ngpus}.run{run}.txt"
+
+
+def dcgmi_diag_file(level: int) -> str:
+    return f"dcgmi_diag_-r_{level}.txt"
+
+
+# the pair probes, one file per partner
+def ib_write_bw_file(hca: str, peer: str) -> str:
+    return f"ib_write_bw_-d_{hca}_{peer}.txt"
+
+
+def tcp_bw_file(peer: str) -> str:
+    return f"tcp_bw_{peer}.txt"
 
 
 def is_safe_name(name: object) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
+from gpuboot.bundle.names import NVIDIA_VERSION_FILE
 from gpuboot.errors import GpubootError
 from gpuboot.evidence._common import has_elision
 
@@ -217,7 +218,7 @@ ANSWER_EXITS: tuple[tuple[str, Callable[[ProbeOutput], bool]], ...] = (
     # judges that state
     ("systemctl_is-active_*", lambda o: o.rc in (3, 4) and o.stdout.strip() in SYSTEMD_STATES),
     # cat exits 1 with nothing on stdout when the file is absent: no nvidia module loaded
-    ("proc_driver_nvidia_version.txt", lambda o: o.rc == 1 and not o.stdout.strip()),
+    (NVIDIA_VERSION_FILE, lambda o: o.rc == 1 and not o.stdout.strip()),
     # dcgmi diag exits 226 when a diagnostic test failed: DCG-001's finding
     ("dcgmi_diag*", lambda o: o.rc == 226),
     # nccl-tests exits 1 when results were wrong (data corruption): BW-004's finding

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable
 
 from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import PRECONDITIONS_FILE
 from gpuboot.checks.base import (
     ERROR,
     FAIL,
@@ -34,15 +35,15 @@ from gpuboot.evidence.dcgmi import harness_fault, status_word
 from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.nccl import parse_all_reduce_perf
 from gpuboot.evidence.perftest import parse_ib_write_bw
-from gpuboot.probes import NVBW_TESTS, PRECONDITIONS, dcgm_refuses_mig, mig_gpus
+from gpuboot.probes import NVBW_TESTS, dcgm_refuses_mig, mig_gpus
 from gpuboot.probes.tcpbw import parse_tcpbw
 
 
 def _precondition(evidence: Evidence) -> None:
-    pre = evidence.get(PRECONDITIONS)
+    pre = evidence.get(PRECONDITIONS_FILE)
     if pre is not None and pre.stdout.strip():
         reasons = "; ".join(ln.removeprefix("busy: ") for ln in pre.stdout.splitlines() if ln)
-        raise ProbeFailed(f"pre-condition not met: {reasons}", where=PRECONDITIONS)
+        raise ProbeFailed(f"pre-condition not met: {reasons}", where=PRECONDITIONS_FILE)
 
 
 def _mig_on(ctx: NodeContext) -> Result | None:

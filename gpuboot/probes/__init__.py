@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuboot.bundle import names
+from gpuboot.bundle.names import PRECONDITIONS_FILE
 from gpuboot.errors import BadInput
 
 PROBE_TIMEOUT_S = 120
@@ -37,7 +39,6 @@ DEFAULT_LEVEL = "quick"
 REPEATS = {"none": 0, "quick": 3, "full": 5}
 DCGM_LEVEL = {"quick": 1, "full": 3}
 LOCK = "/run/gpuboot-probes.lock"
-PRECONDITIONS = "gpuboot-preconditions.txt"
 BUSY_TOOLS = ("nvbandwidth", "all_reduce_perf", "ib_write_bw", "dcgmi", "gpuboot-tcpbw")
 
 # figure -> nvbandwidth testcase (copy engine; per direction)
@@ -58,18 +59,6 @@ def resolve_level(hostvars: dict[str, Any], override: str | None) -> str:
             hint=f"use one of: {', '.join(LEVELS)}",
         )
     return str(level)
-
-
-def nvbw_file(test: str, run: int) -> str:
-    return f"nvbandwidth_-j_-t_{test}.run{run}.json"
-
-
-def all_reduce_file(ngpus: int, run: int) -> str:
-    return f"all_reduce_perf_-b_{ALL_REDUCE_SIZE}_-e_{ALL_REDUCE_SIZE}_-g_{ngpus}.run{run}.txt"
-
-
-def dcgm_file(level: str) -> str:
-    return f"dcgmi_diag_-r_{DCGM_LEVEL[level]}.txt"
 
 
 def mig_gpus(hostvars: dict[str, Any]) -> list[int]:
@@ -104,18 +93,20 @@ def node_probes(profile: dict[str, Any], hostvars: dict[str, Any], level: str) -
             for figure, test in NVBW_TESTS.items():
                 if figure == "nvbandwidth_d2d" and gpus < 2:
                     continue
-                out.append(Probe(nvbw_file(test, run), f"nvbandwidth -j -t {test}", 300))
+                out.append(
+                    Probe(names.nvbandwidth_file(test, run), f"nvbandwidth -j -t {test}", 300)
+                )
             if gpus > 1:
                 out.append(
                     Probe(
-                        all_reduce_file(gpus, run),
+                        names.all_reduce_file(ALL_REDUCE_SIZE, gpus, run),
                         f"all_reduce_perf -b {ALL_REDUCE_SIZE} -e {ALL_REDUCE_SIZE} -g {gpus}",
                         300,
                     )
                 )
     if hostvars.get("dcgm_version") and not dcgm_refuses_mig(profile, hostvars):
         n = DCGM_LEVEL[level]
-        out.append(Probe(dcgm_file(level), f"dcgmi diag -r {n}", 600 if n < 3 else 3600))
+        out.append(Probe(names.dcgmi_diag_file(n), f"dcgmi diag -r {n}", 600 if n < 3 else 3600))
     return out
 
 
@@ -127,12 +118,12 @@ def precondition_script(q_file: str) -> list[str]:
     """
     busy = "|".join(BUSY_TOOLS)
     return [
-        f": >{PRECONDITIONS}",
+        f": >{PRECONDITIONS_FILE}",
         f"if [ -w {LOCK.rsplit('/', 1)[0]} ]; then L={LOCK}; else L=/tmp/gpuboot-probes.lock; fi",
         'exec 9>"$L"',
-        f'flock -n 9 || echo "busy: another probe run holds $L" >>{PRECONDITIONS}',
+        f'flock -n 9 || echo "busy: another probe run holds $L" >>{PRECONDITIONS_FILE}',
         f"p=$(pgrep -x '{busy}' | tr '\\n' ' ')",
-        f'[ -z "$p" ] || echo "busy: probe process(es) running: $p" >>{PRECONDITIONS}',
+        f'[ -z "$p" ] || echo "busy: probe process(es) running: $p" >>{PRECONDITIONS_FILE}',
         f"grep -q 'Process ID' {q_file} 2>/dev/null && "
-        f"echo 'busy: compute processes on the GPUs (nvidia-smi -q)' >>{PRECONDITIONS}",
+        f"echo 'busy: compute processes on the GPUs (nvidia-smi -q)' >>{PRECONDITIONS_FILE}",
     ]

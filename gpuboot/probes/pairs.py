@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.names import ib_write_bw_file, tcp_bw_file
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import tcpbw
@@ -59,7 +60,7 @@ def ib_spec(hca: str, seconds: int = 2) -> PairSpec:
         "ib_write_bw",
         f"timeout 60 {base}",
         lambda peer: f"timeout 60 {base} {peer}",
-        lambda peer: f"ib_write_bw_-d_{hca}_{peer}.txt",
+        lambda peer: ib_write_bw_file(hca, peer),
         value,
     )
 
@@ -69,7 +70,7 @@ def tcp_spec(seconds: float = 1.0) -> PairSpec:
         "tcp_bw",
         tcpbw.server_command(),
         lambda peer: tcpbw.client_command(peer, seconds),
-        lambda peer: f"tcp_bw_{peer}.txt",
+        tcp_bw_file,
         lambda srv, _cli: tcpbw.parse_tcpbw(srv.stdout).gbits_s,
     )
 

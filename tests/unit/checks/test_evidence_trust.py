@@ -20,10 +20,9 @@ import pytest
 from _emunode import STACK_VARS, Daemon, collect, full_node
 
 from gpuboot.bundle.model import ProbeOutput
-from gpuboot.bundle.names import MIG_LGI_FILE
+from gpuboot.bundle.names import MIG_LGI_FILE, PRECONDITIONS_FILE
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext, probes_matching
-from gpuboot.probes import PRECONDITIONS
 from gpuboot.profiles import load_profile
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
@@ -62,13 +61,13 @@ def healthy(tmp_path_factory):
     try:
         for _ in range(6):  # another test run on this machine may hold the probe lock a while
             ev = collect(node, tmp, "quick")
-            if not ev[PRECONDITIONS].stdout.strip():
+            if not ev[PRECONDITIONS_FILE].stdout.strip():
                 break
             time.sleep(5)
     finally:
         for d in opened:
             d.__exit__()
-    assert not ev[PRECONDITIONS].stdout.strip(), ev[PRECONDITIONS].stdout
+    assert not ev[PRECONDITIONS_FILE].stdout.strip(), ev[PRECONDITIONS_FILE].stdout
     ev.update(
         {
             "dpkg-query_-W.txt": _capture("dpkg/dpkg-query_-W.converged.txt"),
