@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.bundle.names import DPKG_FILE, IBSTAT_FILE, NVIDIA_VERSION_FILE, RPM_FILE
+from gpuboot.bundle.store import read_file_capped
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.forms import files_of, parser_of, query_fields
 from gpuboot.evidence.ibstat import parse_ibstat
@@ -30,6 +31,12 @@ _STACK_PKG = re.compile(
 )
 
 
+def _text(path: Path) -> str:
+    """A bundle file as the rules read it: a regular file within the cap, never a link's
+    target (BundleError: the part is listed as unreadable)."""
+    return read_file_capped(path).decode(errors="replace")
+
+
 def _held(files: dict[str, Path], kind: str, *forms: str) -> tuple[Path | None, str]:
     """The file of one evidence kind (of ``forms``, if named) the rules would read first,
     and its form (gpuboot.evidence.forms)."""
@@ -42,7 +49,7 @@ def _held(files: dict[str, Path], kind: str, *forms: str) -> tuple[Path | None, 
 def _gpus_from_csv(path: Path) -> list[dict[str, Any]]:
     # certify names the file without the field list (the csv has a header): no fields.
     fields = query_fields(path.name)
-    table = parse_query_gpu_csv(path.read_text(errors="replace"), list(fields) if fields else None)
+    table = parse_query_gpu_csv(_text(path), list(fields) if fields else None)
     gpus = []
     for row in table.rows:
         gpus.append(
@@ -69,7 +76,7 @@ def _field(fields: dict[str, str | None], *keys: str) -> str | None:
 
 
 def _gpus_from_q(path: Path, form: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    q = parser_of("smi_q", form)(path.read_text(errors="replace"))
+    q = parser_of("smi_q", form)(_text(path))
     gpus = [
         {
             "index": i,
@@ -104,7 +111,7 @@ def _fill(gpus: list[dict[str, Any]], other: list[dict[str, Any]]) -> None:
 
 def _nics(path: Path) -> list[dict[str, Any]]:
     if path.name == IBSTAT_FILE:
-        stat = parse_ibstat(path.read_text(errors="replace"))
+        stat = parse_ibstat(_text(path))
         return [
             {
                 "device": ca.name,
@@ -126,12 +133,12 @@ def _nics(path: Path) -> list[dict[str, Any]]:
             "board_id": d.board_id,
             "ports": [{"port": p.port, "link_layer": p.link_layer} for p in d.ports],
         }
-        for d in parse_ibv_devinfo(path.read_text(errors="replace"))
+        for d in parse_ibv_devinfo(_text(path))
     ]
 
 
 def _pcie_topology(path: Path) -> dict[str, Any]:
-    topo = parse_topo_matrix(path.read_text(errors="replace"))
+    topo = parse_topo_matrix(_text(path))
     return {
         "devices": list(topo.devices),
         "links": {dev: dict(sorted(row.links.items())) for dev, row in topo.rows.items()},
@@ -142,7 +149,7 @@ def _pcie_topology(path: Path) -> dict[str, Any]:
 def _stack(path: Path) -> dict[str, Any]:
     """``dpkg-query -W -f '${Package}\\t${Version}\\t${db:Status-Abbrev}'`` lines."""
     installed: dict[str, str] = {}
-    for line in path.read_text(errors="replace").splitlines():
+    for line in _text(path).splitlines():
         parts = line.split("\t")
         if len(parts) < 2 or not parts[0].strip():
             continue
@@ -156,7 +163,7 @@ def _rpm_stack(path: Path) -> dict[str, Any]:
     """``rpm -qa --qf`` lines (EL nodes), versions as ``[epoch:]version-release``."""
     from gpuboot.evidence.packages import installed_rpm_versions
 
-    return _stack_of(installed_rpm_versions(path.read_text(errors="replace")))
+    return _stack_of(installed_rpm_versions(_text(path)))
 
 
 def _stack_of(installed: dict[str, str | tuple[str, ...]]) -> dict[str, Any]:
@@ -199,7 +206,7 @@ def host_fingerprint(host_dir: Path) -> dict[str, Any]:
     driver: dict[str, Any] = dict(q[1]) if q else {}
     if module := part(
         files.get(NVIDIA_VERSION_FILE),
-        lambda p: parse_nvidia_version(p.read_text(errors="replace")),
+        lambda p: parse_nvidia_version(_text(p)),
     ):
         driver.update(kernel_module_version=module.version, kernel_module_flavor=module.flavor)
     if driver:

@@ -75,3 +75,18 @@ def test_the_gate_reads_the_stack_from_a_plain_meta_json(tmp_path):
     meta = {"pins": {"gpuboot_stack": "lts-550-cuda12.4"}}
     (bundle / "node1" / "meta.json").write_text(json.dumps(meta))
     assert stack_of({"bundle": str(bundle)}, {"host": "node1"}, None) == "lts-550-cuda12.4"
+
+
+def test_the_fingerprint_reads_no_link_of_a_host_directory(tmp_path):
+    """A link planted in a host directory (not listed, so not hash-checked) is never read
+    for the fingerprint: the part is listed unreadable, its target's bytes are nowhere."""
+    from gpuboot.report.fingerprint import host_fingerprint
+
+    outside = tmp_path / "driver_version"
+    outside.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Thu Feb 22\n")
+    host = tmp_path / "node1"
+    host.mkdir()
+    (host / "proc_driver_nvidia_version.txt").symlink_to(outside)
+    fp = host_fingerprint(host)
+    assert "driver" not in fp
+    assert list(fp["unreadable"]) == ["proc_driver_nvidia_version.txt"]
