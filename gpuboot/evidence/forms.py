@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpuboot.bundle.names import LSMOD_FILE, NVIDIA_VERSION_FILE
 from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
@@ -113,9 +114,9 @@ FORMS: dict[str, tuple[tuple[str, str, Parser | None], ...]] = {
     ),
     "all_reduce": (("all_reduce_perf*", "text", parse_all_reduce_perf),),
     "ib_write_bw": (("ib_write_bw*", "text", parse_ib_write_bw),),
-    "lsmod": (("lsmod.txt", "lsmod", parse_lsmod),),
+    "lsmod": ((LSMOD_FILE, "lsmod", parse_lsmod),),
     "lspci": (("lspci*", "lspci", parse_lspci),),
-    "nvidia_version": (("proc_driver_nvidia_version.txt", "procfs", parse_nvidia_version),),
+    "nvidia_version": ((NVIDIA_VERSION_FILE, "procfs", parse_nvidia_version),),
     "modinfo": (("modinfo_*", "modinfo", parse_modinfo),),
     "dpkg": (("dpkg-query_-W*", "dpkg-query", parse_dpkg_query),),
     "apt_holds": (("apt-mark_showhold*", "apt-mark", parse_showhold),),
