@@ -85,7 +85,7 @@ def evaluate_throughput(bundle: Path, out: Path, hosts: int, rounds: int = 3) ->
     sources = sorted(p for p in bundle.iterdir() if p.is_dir())
     for i in range(hosts):
         shutil.copytree(sources[i % len(sources)], out / f"gpu{i:04d}")
-    write_manifest(out, "bench", [])  # as certify leaves it: evaluate verifies every hash
+    write_manifest(out, "bench", {})  # as certify leaves it: evaluate verifies every hash
     host_dirs = sorted(p for p in out.iterdir() if p.is_dir())
     reads, evaluates = [], []
     for _ in range(rounds):

@@ -233,7 +233,7 @@ def run(
     nodes = tuple(judged)
     if not nodes:
         raise RunError("nothing could be judged", where=str(run_dir), hint="read the run dir")
-    write_manifest(bundle, run_id, [n.to_dict() for n in nodes])
+    write_manifest(bundle, run_id, {n.host: n.verdict for n in nodes})
     return RunReport(
         run_id=run_id,
         run_dir=run_dir,

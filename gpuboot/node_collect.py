@@ -125,5 +125,6 @@ def collect_node(
     except NodeAnswerRejected as exc:
         exc.where = name
         raise
-    meta = node_meta(name, hostvars, level, (*state, *bandwidth), started)
+    commands = {p.file: p.command for p in (*state, *bandwidth)}
+    meta = node_meta(name, hostvars, level, commands, started)
     return NodeEvidence(name, evidence, hostvars, meta, profile)

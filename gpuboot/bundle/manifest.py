@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +35,10 @@ def _sha256_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def write_manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
+def write_manifest(bundle: Path, run_id: str, verdicts: Mapping[str, str]) -> None:
     """MANIFEST.json: every regular file's sha256 (links are not followed nor listed:
     evaluate refuses them), written 0600; the bundle tree stays the operator's (0700).
-    ``reports`` are node reports ({host, verdict, ...}): the run's hosts and verdicts."""
+    ``verdicts``: each host of the run (with or without evidence kept) -> its verdict."""
     files = {}
     for top, dirs, names in os.walk(bundle):  # never descends through a linked directory
         dirs.sort()
@@ -49,7 +50,7 @@ def write_manifest(bundle: Path, run_id: str, reports: list[dict]) -> None:
         "run_id": run_id,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpuboot": __version__,
-        "hosts": {r["host"]: r["verdict"] for r in reports},
+        "hosts": dict(verdicts),
         "files": files,
     }
     paths.private_dir(bundle)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gpuboot import __version__
 from gpuboot.components import components
-from gpuboot.probes import Probe
 
 # What meta.json's "pins" records of a host's variables: exactly what the rules read
 # (ctx.var / ctx.enabled / hostvars in gpuboot/checks and gpuboot/probes) and the
@@ -71,10 +70,11 @@ def bundle_pins(hostvars: dict) -> dict:
 
 
 def node_meta(
-    name: str, hostvars: dict, level: str, probes: Sequence[Probe], started: float
+    name: str, hostvars: dict, level: str, commands: Mapping[str, str], started: float
 ) -> dict:
     """A host's meta.json as certify keeps it: what `gpuboot evaluate` needs to judge the
-    bundle as certify did (profile, the allow-listed variables, the probe level), no more."""
+    bundle as certify did (profile, the allow-listed variables, the probe level, each
+    file's command), no more."""
     return {
         "host": name,
         "profile": hostvars.get("gpuboot_profile"),
@@ -83,5 +83,5 @@ def node_meta(
         "gpuboot": __version__,
         "pins": bundle_pins(hostvars),
         "probes": level,
-        "commands": {p.file: p.command for p in probes},
+        "commands": dict(commands),
     }

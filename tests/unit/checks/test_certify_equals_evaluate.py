@@ -72,7 +72,7 @@ def _certify_one(node, tmp_path, level: str, fault: str | None):
     entry = {
         "evidence": evidence,
         "hostvars": hostvars,
-        "meta": node_meta("emu1", hostvars, level, probes, started),
+        "meta": node_meta("emu1", hostvars, level, {p.file: p.command for p in probes}, started),
         "profile": node.profile,
     }
     run_pair_probes({"emu1": entry}, lambda _h, _c: ProbeOutput("", "no partner", 255))
@@ -82,7 +82,7 @@ def _certify_one(node, tmp_path, level: str, fault: str | None):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     write_host_bundle(bundle_host_dir(bundle, "emu1"), evidence, entry["meta"])
-    write_manifest(bundle, "run-1", [report])
+    write_manifest(bundle, "run-1", {"emu1": rules.verdict(findings)})
     return findings, report, bundle
 
 

@@ -30,7 +30,7 @@ from gpuboot.bundle.manifest import write_manifest
 from gpuboot.bundle.meta import BUNDLE_VARS
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.store import read_host_bundle, write_host_bundle
-from gpuboot.certify import _node_report, evaluate_bundle
+from gpuboot.certify import evaluate_bundle
 from gpuboot.checks import rules
 from gpuboot.node_collect import collect_node
 from gpuboot.profiles import PROFILE_DIR
@@ -59,7 +59,7 @@ def _small_bundle(root: Path, hosts=("n1", "n2")) -> Path:
         pins = {"nvidia_fabricmanager_enabled": True}
         meta = {"host": host, "profile": PROFILE, "probes": "none", "pins": pins}
         write_host_bundle(bundle / host, ev, meta)
-    write_manifest(bundle, "run-1", [])
+    write_manifest(bundle, "run-1", {})
     return bundle
 
 
@@ -101,7 +101,7 @@ def emu_bundle(tmp_path_factory) -> tuple[Path, str]:
     assert {f.rule for f in found if f.status not in ("PASS", "SKIPPED")} == {"XID-001"}
     bundle = tmp / "bundle"
     write_host_bundle(bundle / "emu1", ev, meta)
-    write_manifest(bundle, "run-1", [_node_report("emu1", found)])
+    write_manifest(bundle, "run-1", {"emu1": rules.verdict(found)})
     return bundle, xid
 
 
@@ -186,7 +186,7 @@ def test_manifest_does_not_follow_links_and_is_private(tmp_path):
     write_host_bundle(bundle / "n1", {"dmesg.txt": ProbeOutput("x\n", "", 0)}, {})
     os.symlink(secret, bundle / "n1" / "link.txt")
     os.symlink(tmp_path, bundle / "n1" / "linkdir")
-    write_manifest(bundle, "run-1", [])
+    write_manifest(bundle, "run-1", {})
     manifest = json.loads((bundle / "MANIFEST.json").read_text())
     assert set(manifest["files"]) == {"n1/dmesg.txt", "n1/meta.json"}
     assert stat.S_IMODE((bundle / "MANIFEST.json").stat().st_mode) == 0o600

@@ -24,7 +24,7 @@ def fleet_bundle(tmp_path):
     root = tmp_path / "bundle"
     for i in range(80):
         shutil.copytree(hosts[i % len(hosts)], root / f"node{i}")
-    write_manifest(root, "fleet", [])
+    write_manifest(root, "fleet", {})
     meta = root / "node7" / "meta.json"
     meta.write_text(meta.read_text() + " ")  # changed after the run: must be ERROR
     return root

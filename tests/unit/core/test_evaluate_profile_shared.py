@@ -28,7 +28,7 @@ def bundle(tmp_path):
     root = tmp_path / "bundle"
     for i in range(24):
         shutil.copytree(hosts[i % len(hosts)], root / f"node{i}")
-    write_manifest(root, "shared", [])
+    write_manifest(root, "shared", {})
     return root
 
 
