@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import FABRICMANAGER_FILE as FM_ACTIVE
 from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.bundle.names import QUERY_GPU_FILE as QUERY_FILE
 from gpuboot.bundle.names import SMI_Q_FILE as Q_FILE
@@ -387,9 +388,6 @@ def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | Non
                 f"GPU {i}: instances {', '.join(got) or 'none'}, want {', '.join(sorted(want))}"
             )
     return "; ".join(problems) or None
-
-
-FM_ACTIVE = "systemctl_is-active_nvidia-fabricmanager.txt"
 
 
 def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result | None:

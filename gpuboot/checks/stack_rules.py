@@ -18,6 +18,14 @@ from functools import cache
 from types import MappingProxyType
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
+from gpuboot.bundle.names import APT_HOLDS_FILE as SHOWHOLD
+from gpuboot.bundle.names import APT_UNATTENDED_FILE as APT_CONFIG
+from gpuboot.bundle.names import DNF_AUTOMATIC_FILE as DNF_AUTOMATIC
+from gpuboot.bundle.names import DNF_MODULES_FILE as MODULES
+from gpuboot.bundle.names import DNF_VERSIONLOCK_FILE as VERSIONLOCK
+from gpuboot.bundle.names import DPKG_FILE as DPKG
+from gpuboot.bundle.names import NVIDIA_VERSION_FILE as NV_VERSION
+from gpuboot.bundle.names import RPM_FILE as RPM
 from gpuboot.checks.base import (
     MissingEvidence,
     NodeContext,
@@ -49,15 +57,6 @@ from gpuboot.evidence.packages import (
 )
 from gpuboot.stacks.plan import driver_module_profile
 from gpuboot.stacks.versions import rpm_compare, upstream_of
-
-DPKG = "dpkg-query_-W.txt"
-SHOWHOLD = "apt-mark_showhold.txt"
-APT_CONFIG = "apt-config_dump_Unattended-Upgrade.txt"
-RPM = "rpm_-qa.txt"
-VERSIONLOCK = "dnf_versionlock_list.txt"
-MODULES = "dnf_module_list_--enabled.txt"
-DNF_AUTOMATIC = "systemctl_show_dnf-automatic.txt"
-NV_VERSION = "proc_driver_nvidia_version.txt"
 
 
 @cache
