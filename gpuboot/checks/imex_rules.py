@@ -21,10 +21,10 @@ from gpuboot.checks.base import (
     probe,
 )
 from gpuboot.checks.stack_rules import installed_packages, nvidia_version
+from gpuboot.components import components
 from gpuboot.stacks.versions import upstream_of
 
 IMEX_ACTIVE = "systemctl_is-active_nvidia-imex.txt"
-IMEX_PACKAGE = re.compile(r"^nvidia-imex(-\d{3})?$")
 
 
 def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
@@ -51,8 +51,11 @@ def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
 
 
 def imex_version(evidence: Evidence) -> str | None:
-    """The upstream version of the installed IMEX package, whatever its branch suffix."""
+    """The upstream version of the installed IMEX package, whatever its branch suffix (the
+    component table's package patterns, of either OS family)."""
+    imex = next(c for c in components() if c.role == "nvidia_imex")
+    names = [re.compile(p) for family in imex.families.values() for p, _slot in family]
     for name, pkg in installed_packages(evidence).items():
-        if IMEX_PACKAGE.match(name) and pkg.installed:
+        if pkg.installed and any(n.match(name) for n in names):
             return upstream_of(pkg.version)
     return None

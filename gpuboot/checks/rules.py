@@ -14,6 +14,7 @@ from gpuboot.checks import (
     bw_rules,
     fabric_rules,
     gpu_rules,
+    imex_rules,
     pci_rules,
     stack_rules,
     topo_rules,
@@ -303,6 +304,20 @@ RULES: tuple[Rule, ...] = (
             "rpm_-qa.txt",
             "proc_driver_nvidia_version.txt",
             "nvidia-smi_-q.txt",
+        ),
+    ),
+    Rule(
+        "IMX-001",
+        "IMEX at the driver's version and its service active",
+        FAIL,
+        "install nvidia-imex at the driver's exact version and start it (`gpuboot install --tags "
+        "IMX-001`); if it does not stay up, read `journalctl -u nvidia-imex`",
+        imex_rules.check_imex,
+        (
+            imex_rules.IMEX_ACTIVE,
+            "dpkg-query_-W.txt",
+            "rpm_-qa.txt",
+            "proc_driver_nvidia_version.txt",
         ),
     ),
     Rule(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from itertools import chain
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ from gpuboot.checks.rules import RULES
 from gpuboot.components import load
 from gpuboot.mig import layout_vars
 from gpuboot.profiles import load_profile
-from gpuboot.stacks import load_stack, role_vars
+from gpuboot.stacks import STACK_DIR, Stack, load_stack, role_vars
 from gpuboot_lab import lab as labmod
 
 from .harness import molecule, verifier_summary
@@ -40,6 +41,8 @@ SETTINGS = {
         load_profile(PROFILE),
         "tests/molecule: gpuboot_mig",
     ),
+    # two peers (documentation addresses): the role writes its domain's node file
+    "nvidia_imex": {"nvidia_imex_nodes": ["192.0.2.11", "192.0.2.12"]},
 }
 
 
@@ -64,13 +67,25 @@ def scoped_vars(variables: dict, roles: list[str]) -> dict:
     return out
 
 
-def pin_nodes(lab: labmod.Lab, role: str, roles: list[str]) -> None:
+def matrix_stack(role: str, tmp_path: Path) -> Stack:
+    """STACK with the optional components ``role`` delivers switched on where the file
+    leaves them off (IMEX: pinned there, off on the lab's HGX SKUs)."""
+    doc = yaml.safe_load((STACK_DIR / f"{STACK}.yaml").read_text())
+    for c in TABLE.components:
+        if c.role == role and c.optional and isinstance(doc.get(c.name), dict):
+            doc[c.name]["enabled"] = True
+    path = tmp_path / f"{STACK}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load_stack(path)
+
+
+def pin_nodes(lab: labmod.Lab, role: str, roles: list[str], stack: Stack) -> None:
     """Each node's own OS family's pins as its host variables (scoped to ``roles``
     unless the role guards the whole stack), the role's settings for all."""
     doc = yaml.safe_load(lab.inventory.read_text())
     hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
     for node in lab.nodes:
-        pins = role_vars(load_stack(STACK), node.family)
+        pins = role_vars(stack, node.family)
         # The scoped pins stand alone: no stack name for certify to re-apply in full.
         pins.pop("gpuboot_stack")
         hosts[node.name].update(pins if TABLE.role(role).whole_stack else scoped_vars(pins, roles))
@@ -97,7 +112,7 @@ def test_role_scenario(make_lab, tmp_path, role):
     lab = make_lab(nodes=2, profile=PROFILE, stack=STACK, os=OSES)
     try:
         assert [n.family for n in lab.nodes] == ["debian", "redhat"]
-        pin_nodes(lab, role, roles)
+        pin_nodes(lab, role, roles, matrix_stack(role, tmp_path))
         nodes = len(lab.nodes)
 
         proc = molecule("test", "-s", SCENARIO, inventory=lab.inventory, state=tmp_path, env=env)

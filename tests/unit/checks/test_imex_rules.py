@@ -1,4 +1,4 @@
-"""The IMEX rule on a converged lab node's real package list (captures/dpkg) with IMEX
+"""IMX-001 on a converged lab node's real package list (captures/dpkg) with IMEX
 added as the lab repository serves it, and on EL's rpm list: the package at exactly the
 driver's version, the service active; an unreadable service state is ERROR, never FAIL.
 Names and behaviour: tests/fixtures/imex/SOURCES.md."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpuboot.bundle.model import ProbeOutput
-from gpuboot.checks.base import NodeContext, ProbeFailed, Rule
+from gpuboot.checks import rules
+from gpuboot.checks.base import NodeContext, ProbeFailed
 from gpuboot.checks.imex_rules import IMEX_ACTIVE, check_imex
-from gpuboot.errors import GpubootError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DPKG = (FIXTURES / "captures" / "dpkg" / "dpkg-query_-W.converged.txt").read_text()
@@ -34,16 +34,18 @@ def _evidence(imex: str | None = "nvidia-imex-550\t550.54.15-1\thi \n", state: s
 
 
 def _judge(evidence, **hostvars):
-    rule = Rule("IMEX", "imex", "FAIL", "act", check_imex, (IMEX_ACTIVE,))
     ctx = NodeContext("node1", {"hardware": {}}, {**PINS, **hostvars})
-    try:
-        return rule.evaluate(evidence, ctx)
-    except GpubootError as exc:  # as rules.evaluate reports it
-        return rule.error(exc)
+    (finding,) = rules.evaluate(evidence, ctx, only=["IMX-001"])
+    return finding
 
 
 def test_imex_at_the_drivers_version_and_running_passes():
     assert _judge(_evidence()).status == "PASS"
+
+
+def test_a_failed_finding_names_the_remediation():
+    found = _judge(_evidence(state="inactive"))
+    assert "gpuboot install --tags IMX-001" in found.action
 
 
 def test_a_stopped_service_fails_naming_its_state():
