@@ -96,7 +96,7 @@ def evaluate_throughput(bundle: Path, out: Path, hosts: int, rounds: int = 3) ->
         started = time.monotonic()
         report = evaluate_bundle(str(out))
         evaluates.append(time.monotonic() - started)
-        assert len(report["nodes"]) == hosts
+        assert len(report.nodes) == hosts
     return {
         "evaluate_1000_s": min(evaluates),
         "read_1000_s": min(reads),

@@ -12,25 +12,28 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from gpuboot.results import NodeReport, RunReport
+from gpuboot.verdict import Status
+
 BANDWIDTH_RULE_PREFIX = "BW-"
 
 
-def _hardware_healthy(node: dict[str, Any]) -> bool:
+def _hardware_healthy(node: NodeReport) -> bool:
     # a check the SKU skips (no NVLink on a PCIe card) is no sign of bad health
     return all(
-        f["status"] in ("PASS", "SKIPPED")
-        for f in node["findings"]
-        if not f["rule"].startswith(BANDWIDTH_RULE_PREFIX)
+        f.status in (Status.PASS, Status.SKIPPED)
+        for f in node.findings
+        if not f.rule.startswith(BANDWIDTH_RULE_PREFIX)
     )
 
 
-def calibrate(report: dict[str, Any], *, min_nodes: int = 3) -> dict[str, Any]:
+def calibrate(report: RunReport, *, min_nodes: int = 3) -> dict[str, Any]:
     """Per figure: expected = median of healthy nodes, warn/fail at the profile's fractions."""
-    healthy = [n for n in report["nodes"] if _hardware_healthy(n)]
+    healthy = [n for n in report.nodes if _hardware_healthy(n)]
     values: dict[str, list[float]] = {}
     fractions: dict[str, tuple[float, float]] = {}
     for node in healthy:
-        for m in node.get("measurements", []):
+        for m in node.measurements:
             if m.get("value") is None or not m.get("expected"):
                 continue
             values.setdefault(m["name"], []).append(float(m["value"]))
@@ -62,6 +65,6 @@ def calibrate(report: dict[str, Any], *, min_nodes: int = 3) -> dict[str, Any]:
         "gpuboot_thresholds": thresholds,
         "based_on": evidence,
         "skipped": skipped,
-        "healthy_nodes": [n["host"] for n in healthy],
-        "excluded_nodes": [n["host"] for n in report["nodes"] if n not in healthy],
+        "healthy_nodes": [n.host for n in healthy],
+        "excluded_nodes": [n.host for n in report.nodes if n not in healthy],
     }

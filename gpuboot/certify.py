@@ -24,6 +24,7 @@ from gpuboot.engine import node_report as _node_report
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.profiles import load_profile
+from gpuboot.results import BundleReport, NodeReport, RunReport
 
 
 def certify(
@@ -33,7 +34,7 @@ def certify(
     bundle_root: str | None = None,
     progress: Callable[[str], None] = lambda _m: None,
     probes: str | None = None,
-) -> dict[str, Any]:
+) -> RunReport:
     """Certify the inventory's nodes. ``probes`` (none|quick|full) overrides each host's
     ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does."""
     from gpuboot.probes import LEVELS
@@ -47,14 +48,13 @@ def certify(
     result = engine.run(
         inventory, limit=limit, probes=probes, bundle_root=bundle_root, progress=progress
     )
-    report = result.to_dict()
-    (result.run_dir / "report.json").write_text(json.dumps(report, indent=2))
-    return report
+    (result.run_dir / "report.json").write_text(json.dumps(result.to_dict(), indent=2))
+    return result
 
 
 def evaluate_bundle(
     bundle: str, *, profile: str | None = None, ignore_manifest: bool = False
-) -> dict[str, Any]:
+) -> BundleReport:
     """Judge a bundle offline: ``<bundle>/<host>/<probe-file>`` + meta.json per host.
 
     A bundle left the controller's hands: each host is judged only on regular files inside
@@ -80,14 +80,13 @@ def evaluate_bundle(
     fixed_profile = load_profile(profile) if profile else None
     SHIPPED.clear()
     reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest)
-    return {
-        "bundle": str(root),
-        "manifest": "ignored"
+    return BundleReport(
+        bundle=str(root),
+        manifest="ignored"
         if ignore_manifest
         else ("verified" if isinstance(manifest, Manifest) else "missing or unreadable"),
-        "passed": all(r["verdict"] == rules.PASS for r in reports),
-        "nodes": reports,
-    }
+        nodes=tuple(reports),
+    )
 
 
 def _partial(
@@ -120,7 +119,7 @@ def _judge_hosts(
     hosts: list[str],
     fixed_profile: dict[str, Any] | None,
     manifest: Manifest | str | None,
-) -> list[dict[str, Any]]:
+) -> list[NodeReport]:
     cores = len(os.sched_getaffinity(0))
     if len(hosts) < PARALLEL_FROM_HOSTS or cores < 2:
         return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
@@ -136,7 +135,7 @@ def _judge_hosts(
         return list(pool.map(_judge_job, jobs, chunksize=16))
 
 
-def _judge_job(job: tuple) -> dict[str, Any]:
+def _judge_job(job: tuple) -> NodeReport:
     return _judge_host(*job)
 
 
@@ -145,7 +144,7 @@ def _judge_host(
     host: str,
     fixed_profile: dict[str, Any] | None,
     manifest: Manifest | str | None,
-) -> dict[str, Any]:
+) -> NodeReport:
     host_dir = root / host
     try:
         if isinstance(manifest, Manifest) and not os.path.lexists(host_dir):
@@ -182,7 +181,7 @@ def _rules_of(evidence: Evidence, meta: dict[str, Any]) -> list[str] | None:
     return found or None
 
 
-def _node_error(host: str, exc: GpubootError) -> dict[str, Any]:
+def _node_error(host: str, exc: GpubootError) -> NodeReport:
     """Every rule ERROR with one short reason: the host's evidence could not be trusted."""
     action = exc.hint or "certify the node again for fresh evidence"
     findings = [

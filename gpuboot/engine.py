@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from gpuboot.errors import GpubootError, RunError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.node_collect import HostUnreachable, NodeEvidence, collect_node
 from gpuboot.progress import phases, sort_hosts
+from gpuboot.results import NodeReport, RunReport
 from gpuboot.runner import failure_reason
 
 MAX_PARALLEL = 32
@@ -36,72 +36,22 @@ Transport = Callable[[str, dict[str, Any]], Any]
 Outcome = NodeEvidence | Exception  # a node's evidence, or why there is none
 
 
-@dataclass(frozen=True)
-class NodeReport:
-    host: str
-    findings: tuple[rules.Finding, ...]
-
-    @property
-    def verdict(self) -> str:
-        return rules.verdict(list(self.findings))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Findings as {rule,title,status,reason,action,severity,applicable}; every measured
-        figure (median, band, margin, % of the physical limit) in ``measurements``."""
-        out, measurements = [], []
-        for f in self.findings:
-            d = dict(f.__dict__)
-            measurements += [{**m, "rule": f.rule} for m in d.pop("measurements", [])]
-            out.append(d)
-        return {
-            "host": self.host,
-            "verdict": self.verdict,
-            "findings": out,
-            "measurements": measurements,
-        }
-
-
-@dataclass(frozen=True)
-class RunReport:
-    run_id: str
-    run_dir: Path
-    bundle: Path
-    elapsed_s: float
-    probes: str | None  # the run's override of each host's gpuboot_probes, if any
-    nodes: tuple[NodeReport, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(n.verdict == rules.PASS for n in self.nodes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON `gpuboot certify` prints and keeps as report.json."""
-        return {
-            "run_id": self.run_id,
-            "run_dir": str(self.run_dir),
-            "bundle": str(self.bundle),
-            "elapsed_s": self.elapsed_s,
-            "passed": self.passed,
-            "probes": self.probes,
-            "nodes": [n.to_dict() for n in self.nodes],
-        }
-
-
-def node_report(host: str, findings: list[rules.Finding]) -> dict[str, Any]:
-    """One node's report as JSON (certify's and evaluate's)."""
-    return NodeReport(host, tuple(findings)).to_dict()
+def node_report(host: str, findings: list[rules.Finding]) -> NodeReport:
+    """One node as the rules judged it (certify's and evaluate's)."""
+    findings = list(findings)
+    return NodeReport.judged(host, findings, rules.verdict(findings))
 
 
 def unjudged(host: str, exc: BaseException) -> NodeReport:
     """Every rule ERROR with one short reason: the harness could not judge the node (its
     27 findings each carry the reason, so never the whole collection script)."""
     reason = f"cannot judge: {failure_reason(exc)}"
-    return NodeReport(
+    return node_report(
         host,
-        tuple(
+        [
             rules.Finding(r.id, r.title, rules.ERROR, reason, UNJUDGED_ACTION, r.severity)
             for r in rules.RULES
-        ),
+        ],
     )
 
 
@@ -179,7 +129,7 @@ def judge(name: str, outcome: Outcome) -> NodeReport:
     ctx = rules.NodeContext(
         host=name, profile=outcome.profile, hostvars=outcome.hostvars, meta=outcome.meta
     )
-    return NodeReport(name, tuple(rules.evaluate(outcome.evidence, ctx)))
+    return node_report(name, rules.evaluate(outcome.evidence, ctx))
 
 
 def run(

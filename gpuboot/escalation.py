@@ -18,12 +18,13 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpuboot.bundle.names import BOOT_ID_FILE, DMESG_FILE, META, SMI_Q_FILE
 from gpuboot.errors import BadInput, GpubootError
+from gpuboot.results import Escalation, NodeReport
 from gpuboot.verdict import BAD, Status
 
 DEFAULT_REBOOTS = 2
@@ -252,7 +253,7 @@ class FaultHistory:
 
 def escalations(
     now: Observation, before: FaultHistory | None, reboots: int = DEFAULT_REBOOTS
-) -> list[dict[str, Any]]:
+) -> list[Escalation]:
     """The faults of this scan that came back after ``reboots`` reboots: seen (this boot
     included) in more than ``reboots`` different boots. ``new``: not escalated at the
     node's previous scan."""
@@ -266,37 +267,39 @@ def escalations(
             continue
         kind = key.split(":", 1)[0].split("@", 1)[0]
         out.append(
-            {
-                "fault": key,
-                "what": what,
-                "rule": RULE_OF[kind],
-                "boots": boots,
-                "first_seen": (before.first_seen.get(key) if before else None),
-                "action": RMA_ACTION,
-                "new": not (before and key in before.escalated),
-            }
+            Escalation(
+                fault=key,
+                what=what,
+                rule=RULE_OF[kind],
+                boots=boots,
+                first_seen=(before.first_seen.get(key) if before else None),
+                action=RMA_ACTION,
+                new=not (before and key in before.escalated),
+            )
         )
     return out
 
 
-def action_text(esc: dict[str, Any]) -> str:
-    since = f" since {esc['first_seen']}" if esc.get("first_seen") else ""
+def action_text(esc: Escalation) -> str:
+    since = f" since {esc.first_seen}" if esc.first_seen else ""
     return (
-        f"{RMA_ACTION}: {esc['what']} came back after {esc['boots'] - 1} reboots (seen in "
-        f"{esc['boots']} boots{since}); another reset or reboot will not fix it"
+        f"{RMA_ACTION}: {esc.what} came back after {esc.boots - 1} reboots (seen in "
+        f"{esc.boots} boots{since}); another reset or reboot will not fix it"
     )
 
 
-def apply(node: dict[str, Any], found: list[dict[str, Any]]) -> None:
-    """Record ``found`` on a node report: ``escalations``, ``recommended_action``, and the
+def apply(node: NodeReport, found: list[Escalation]) -> NodeReport:
+    """``node`` with ``found`` recorded: its escalations, its recommended action, and the
     action of each finding that reports an escalated fault (text, HTML, JUnit show it)."""
-    node["escalations"] = found
     if not found:
-        return
-    node["recommended_action"] = RMA_ACTION
-    for f in node.get("findings", []):
-        mine = [e for e in found if e["rule"] == f.get("rule")]
-        if mine and f.get("status") in (*BAD, Status.WARN):
-            f["action"] = "; ".join(action_text(e) for e in mine) + (
-                f" (was: {f['action']})" if f.get("action") else ""
+        return replace(node, escalations=())
+    findings = []
+    for f in node.findings:
+        mine = [e for e in found if e.rule == f.rule]
+        if mine and f.status in (*BAD, Status.WARN):
+            action = "; ".join(action_text(e) for e in mine) + (
+                f" (was: {f.action})" if f.action else ""
             )
+            f = replace(f, action=action)
+        findings.append(f)
+    return replace(node, findings=tuple(findings), escalations=found, recommended_action=RMA_ACTION)

@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from gpuboot import paths
+from gpuboot.verdict import Status
+
+if TYPE_CHECKING:  # the results module is imported where a report is linked, not by install
+    from gpuboot.results import BundleReport, RunReport
 
 ID = r"[A-Z][A-Z0-9]{1,5}-\d{3}"  # K8S-001 and REBOOT-010 are ids too
 ID_RE = re.compile(rf"\b{ID}\b")
@@ -257,12 +261,21 @@ def remediation(rule: str) -> dict[str, Any]:
     }
 
 
-def link_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Add ``fix_tasks`` (and ``remediate``) to every FAIL or WARN finding of a certify, scan
-    or evaluate report, in place; the report is returned. ERROR and SKIPPED findings get
-    none: the harness, not the node's configuration, is what needs fixing there."""
-    for node in report.get("nodes", []):
-        for finding in node.get("findings", []):
-            if finding.get("status") in ("FAIL", "WARN"):
-                finding.update(remediation(str(finding.get("rule"))))
-    return report
+R = TypeVar("R", "RunReport", "BundleReport")
+
+
+def link_report(report: R) -> R:
+    """``report`` (a certify or evaluate report, or a scan's) with ``fix_tasks`` (and
+    ``remediate``) for every FAIL or WARN finding of its nodes. ERROR and SKIPPED findings
+    get none: the harness, not the node's configuration, is what needs fixing there."""
+    from gpuboot.results import NodeReport
+
+    def linked(node: NodeReport) -> NodeReport:
+        fixes = {
+            f.rule: remediation(f.rule)
+            for f in node.findings
+            if f.status in (Status.FAIL, Status.WARN)
+        }
+        return replace(node, remedies=fixes)
+
+    return replace(report, nodes=tuple(linked(n) for n in report.nodes))

@@ -34,13 +34,14 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from gpuboot import escalation, locks, paths
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
+from gpuboot.results import Drift, NodeReport, RunReport
 from gpuboot.verdict import BAD, Status
 
 HISTORY_NAME = "scan-history.jsonl"
@@ -64,11 +65,6 @@ EXIT_STILL_FAILING = 5
 
 def default_history() -> Path:
     return paths.home() / HISTORY_NAME
-
-
-def failing(node: dict[str, Any]) -> dict[str, str]:
-    """rule -> FAIL/ERROR for a node report's findings."""
-    return {f["rule"]: f["status"] for f in node["findings"] if f["status"] in BAD}
 
 
 def _problem(rec: Any) -> str | None:
@@ -286,12 +282,27 @@ def load_history(history: Path, warn: Callable[[str], None] = lambda _m: None) -
 
 @dataclass(frozen=True)
 class ScanResult:
-    """A scan: its report (the JSON `gpuboot scan` prints) and the history it read and
-    appended to, as held in memory then; whatever comes next (the trend page) reads that,
-    not the file again."""
+    """A scan: its report (each node with its drift, unjudged rules and escalations), the
+    history it read and appended to, as held in memory then (whatever comes next, the trend
+    page, reads that, not the file again) and where that history lives."""
 
-    report: dict[str, Any]
+    report: RunReport
     history: History
+    history_path: Path
+
+    @property
+    def passed(self) -> bool:
+        """A scan passes while no node fails (a WARN node stays in service)."""
+        return all(n.verdict not in BAD for n in self.report.nodes)
+
+    def exit_code(self) -> int:
+        return exit_code(self.report.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON `gpuboot scan` prints: the run's report, then the history and exit code."""
+        doc = self.report.to_dict()
+        doc["passed"] = self.passed
+        return {**doc, "history": str(self.history_path), "exit_code": self.exit_code()}
 
 
 def last_records(
@@ -379,35 +390,35 @@ def compact_history(history: Path, *, warn: Callable[[str], None] = lambda _m: N
         _compact(history, hist, warn)
 
 
-def drift(now: dict[str, str], before: dict[str, Any] | None) -> dict[str, Any]:
+def drift(now: dict[str, str], before: dict[str, Any] | None) -> Drift:
     """What changed for one node: ``new`` (failing now, not at the previous scan, or
     every failure on a first scan), ``still`` and ``cleared`` rule ids. A rule ERROR now
     (the harness could not judge it) is none of these: see :func:`unjudged`; an ERROR in
     ``before`` is no knowledge of that rule either."""
     was = {r for r, s in before["failing"].items() if s != Status.ERROR} if before else set()
     fail = {r for r, s in now.items() if s != Status.ERROR}
-    return {
-        "previous_scan": before["time"] if before else None,
-        "new": sorted(fail - was),
-        "still": sorted(fail & was),
-        "cleared": sorted(r for r in was if r not in now),
-    }
+    return Drift(
+        previous_scan=before["time"] if before else None,
+        new=tuple(sorted(fail - was)),
+        still=tuple(sorted(fail & was)),
+        cleared=tuple(sorted(r for r in was if r not in now)),
+    )
 
 
-def unjudged(now: dict[str, str]) -> list[str]:
+def unjudged(now: dict[str, str]) -> tuple[str, ...]:
     """Rules the harness could not judge this scan (ERROR): they say nothing of drift."""
-    return sorted(r for r, s in now.items() if s == Status.ERROR)
+    return tuple(sorted(r for r, s in now.items() if s == Status.ERROR))
 
 
-def exit_code(report: dict[str, Any]) -> int:
+def exit_code(nodes: tuple[NodeReport, ...]) -> int:
     """The scan's exit code (module docstring): new drift first, then not judged, then
     still failing."""
-    nodes = report["nodes"]
-    if any(n["drift"]["new"] or any(e["new"] for e in n.get("escalations") or []) for n in nodes):
+    drifts = [n.drift for n in nodes if n.drift is not None]
+    if any(d.new for d in drifts) or any(e.new for n in nodes for e in n.escalations or ()):
         return EXIT_NEW_DRIFT
-    if any(n.get("unjudged") for n in nodes):
+    if any(n.unjudged for n in nodes):
         return EXIT_UNJUDGED
-    if any(n["drift"]["still"] for n in nodes):
+    if any(d.still for d in drifts):
         return EXIT_STILL_FAILING
     return EXIT_CLEAN
 
@@ -441,29 +452,31 @@ def append_history(history: Path, records: list[dict[str, Any]]) -> None:
         _append(fh, [json.dumps(r, sort_keys=True).encode() + b"\n" for r in records])
 
 
-def drift_lines(report: dict[str, Any]) -> list[str]:
+def drift_lines(nodes: tuple[NodeReport, ...]) -> list[str]:
     """One line per node for the terminal: what changed, what could not be judged, and
     any RMA escalation."""
     lines = []
-    for node in report["nodes"]:
-        d, err = node["drift"], node.get("unjudged") or []
-        since = f"since {d['previous_scan']}" if d["previous_scan"] else "first scan"
-        changes = [f"{k}: {', '.join(d[k])}" for k in ("new", "still", "cleared") if d[k]]
-        if err and len(err) == len(node.get("findings") or err):
-            reason = next((f.get("reason") for f in node.get("findings") or []), "")
+    for node in nodes:
+        d, err = node.drift or Drift(None), node.unjudged
+        since = f"since {d.previous_scan}" if d.previous_scan else "first scan"
+        changes = [
+            f"{k}: {', '.join(getattr(d, k))}" for k in ("new", "still", "cleared") if getattr(d, k)
+        ]
+        if err and len(err) == (len(node.findings) or len(err)):
+            reason = next((f.reason for f in node.findings), "")
             changes = [f"not judged (ERROR: {reason}); no drift counted"]
         elif err:
             changes.append(f"not judged: {', '.join(err)}")
-        lines.append(f"{node['host']} ({since}): " + ("; ".join(changes) or "no drift"))
-        lines += [f"  {escalation.action_text(e)}" for e in node.get("escalations") or []]
+        lines.append(f"{node.host} ({since}): " + ("; ".join(changes) or "no drift"))
+        lines += [f"  {escalation.action_text(e)}" for e in node.escalations or ()]
     return lines
 
 
-def _figures(node: dict[str, Any]) -> dict[str, list[Any]]:
+def _figures(node: NodeReport) -> dict[str, list[Any]]:
     """figure -> [median, unit, fail_below] of what the scan measured (the trend page,
     gpuboot/report/trend.py, reads them)."""
     out: dict[str, list[Any]] = {}
-    for m in node.get("measurements") or []:
+    for m in node.measurements:
         value = m.get("value")
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.setdefault(str(m.get("name")), [value, m.get("unit"), m.get("fail_below")])
@@ -495,35 +508,35 @@ def scan(
     with _open_history(history) as first:
         report = certify.certify(inventory, limit=limit, probes=probes, progress=progress)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        bundle = Path(report["bundle"]) if report.get("bundle") else None
+        bundle = report.bundle
         with locks.exclusive_current(first, history, lambda: _open_history(history)) as fh:
             fh.seek(0)
             hist = History.parse(fh.read(), history, progress)  # the one read of this scan
             before = hist.nodes
-            records = []
-            for node in report["nodes"]:
-                now = failing(node)
-                past = before.get(node["host"])
-                node["drift"] = drift(now, past.baseline() if past else None)
-                node["unjudged"] = unjudged(now)
-                seen = escalation.observe_bundle(bundle / node["host"]) if bundle else None
+            records, nodes = [], []
+            for judged in report.nodes:
+                now = judged.failing()
+                past = before.get(judged.host)
+                seen = escalation.observe_bundle(bundle / judged.host) if bundle else None
                 seen = seen or escalation.Observation()
                 found = escalation.escalations(
                     seen, past.faults if past else None, rma_after_reboots
                 )
-                escalation.apply(node, found)
+                moved = drift(now, past.baseline() if past else None)
+                node = escalation.apply(replace(judged, drift=moved, unjudged=unjudged(now)), found)
+                nodes.append(node)
                 records.append(
                     {
                         "time": stamp,
-                        "run_id": report["run_id"],
+                        "run_id": report.run_id,
                         "inventory": str(inv_path),
-                        "host": node["host"],
-                        "verdict": node["verdict"],
+                        "host": node.host,
+                        "verdict": node.verdict,
                         "failing": now,
-                        "new": node["drift"]["new"],
+                        "new": list(moved.new),
                         "boot_id": seen.boot_id,
                         "faults": sorted(seen.faults),
-                        "escalated": [e["fault"] for e in found],
+                        "escalated": [e.fault for e in found],
                         "gpus": seen.parts,
                         "figures": _figures(node),
                     }
@@ -543,7 +556,4 @@ def scan(
                         f"{history}: warning: not compacted ({exc.strerror or exc}); the scan "
                         "is recorded and the history kept as it was"
                     )
-    report["history"] = str(history)
-    report["passed"] = all(n["verdict"] not in BAD for n in report["nodes"])
-    report["exit_code"] = exit_code(report)
-    return ScanResult(report, hist)
+    return ScanResult(replace(report, nodes=tuple(nodes)), hist, history)

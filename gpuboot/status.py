@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuboot import paths
 from gpuboot.report._util import host_key, iso, parse_iso, utc_now
+from gpuboot.results import RunReport
 from gpuboot.verdict import Status
 
 REPORT = "report.json"
@@ -55,10 +56,10 @@ def _certificate(run_dir: Path, host: str, now: datetime) -> dict[str, Any] | No
     return {"expires_at": iso(expires), "days_left": (expires - now).days}
 
 
-def _stack(report: dict[str, Any], node: dict[str, Any]) -> str | None:
+def _stack(bundle: Path | None, host: str) -> str | None:
     from gpuboot.k8s.decision import stack_of
 
-    return stack_of(report, node, None)
+    return stack_of(bundle, host, None)
 
 
 def _certify_view(
@@ -69,23 +70,24 @@ def _certify_view(
     for run_dir in _certify_runs(runs, skip):
         if wanted is not None and wanted <= set(out):
             break  # every node asked for has its newest run
-        report = _read_json(run_dir / REPORT)
-        if not isinstance(report, dict) or not isinstance(report.get("nodes"), list):
+        try:
+            report = RunReport.from_dict(_read_json(run_dir / REPORT))
+        except ValueError:  # not a report (torn, hand-edited): the run is passed over
             continue
         try:
             when = iso(datetime.fromtimestamp((run_dir / REPORT).stat().st_mtime, UTC))
         except OSError:
             continue
-        for node in report["nodes"]:
-            host = node.get("host") if isinstance(node, dict) else None
-            if not isinstance(host, str) or host in out or (wanted and host not in wanted):
+        for node in report.nodes:
+            host = node.host
+            if host in out or (wanted and host not in wanted):
                 continue
             out[host] = {
-                "verdict": node.get("verdict"),
+                "verdict": node.verdict,
                 "time": when,
                 "run_id": run_dir.name,
                 "certificate": _certificate(run_dir, host, now),
-                "stack": _stack(report, node),
+                "stack": _stack(report.bundle, host),
             }
     return out
 

@@ -99,16 +99,16 @@ def _certify_inventory(args, inv) -> Outcome:
             progress=progress,
             probes=args.probes,
         )
-    link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
+    report = link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
     written = write_reports(
-        report,
-        Path(report["run_dir"]) / "reports",
+        report.to_dict(),  # the writers still read the JSON form
+        report.run_dir / "reports",
         key_path=Path(args.sign_key) if args.sign_key else None,
         validity_days=args.cert_validity_days,
         allow_warn=args.allow_warn,
     )
     run = RunDocument(report, written)
-    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
+    code = EXIT_OK if report.passed else EXIT_NODE_FAILED
     text = render.verdict_text(report) + f"\nreport: {written['html']}"
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
@@ -121,7 +121,8 @@ def _certify_inventory(args, inv) -> Outcome:
         run.gate, gate_ok = gate.apply(
             args,
             inv,
-            run.with_reports(),
+            report,
+            written,
             allow_warn=args.allow_warn,
             allow_partial=args.allow_partial,
         )

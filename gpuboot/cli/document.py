@@ -1,5 +1,5 @@
 """The JSON document of a certify or scan run, composed once, where it is printed: the
-run's report and what the verb did after it (files written, a calibration, the join
+run's typed result and what the verb did after it (files written, a calibration, the join
 gate's actions) stay separate and typed until then; nothing edits the report."""
 
 from __future__ import annotations
@@ -11,18 +11,16 @@ from typing import Any
 
 @dataclass
 class RunDocument:
-    report: dict[str, Any]
+    result: Any  # gpuboot.results.RunReport (certify) or gpuboot.scan.ScanResult: to_dict()
     written: dict[str, Path] = field(default_factory=dict)  # report name -> file
     calibration: dict[str, Any] | None = None
     gate: list[Any] | None = None  # gpuboot.k8s.GateAction, one per node gated
 
-    def with_reports(self) -> dict[str, Any]:
-        """The report and the files written of it: what the join gate reads (a PASS node's
-        certificate) and the start of the JSON document."""
-        return {**self.report, "reports": {name: str(p) for name, p in self.written.items()}}
-
     def to_dict(self) -> dict[str, Any]:
-        doc = self.with_reports()
+        doc = {
+            **self.result.to_dict(),
+            "reports": {name: str(p) for name, p in self.written.items()},
+        }
         if self.calibration is not None:
             doc["calibration"] = self.calibration
         if self.gate is not None:

@@ -31,5 +31,5 @@ def run(args) -> Outcome:
             args.bundle, profile=args.profile, ignore_manifest=args.ignore_manifest
         )
     )
-    code = EXIT_OK if report["passed"] else EXIT_NODE_FAILED
-    return Outcome(code, report, render.verdict_text(report))
+    code = EXIT_OK if report.passed else EXIT_NODE_FAILED
+    return Outcome(code, report.to_dict(), render.verdict_text(report))

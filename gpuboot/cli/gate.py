@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuboot.results import RunReport
+
+CERTIFICATE = "certificate:"  # gpuboot.report.write_reports' name of a node's certificate
+
+
+def certificates(written: Mapping[str, Path]) -> dict[str, Path]:
+    """host -> the certificate file written for it."""
+    return {k[len(CERTIFICATE) :]: p for k, p in written.items() if k.startswith(CERTIFICATE)}
 
 
 def apply(
     args,
     inv,
-    report: dict[str, Any],
+    report: RunReport,
+    written: Mapping[str, Path],
     *,
     allow_warn: bool = False,
     allow_partial: bool = False,
@@ -18,6 +31,7 @@ def apply(
 
     actions = apply_gate(
         report,
+        certificates=certificates(written),
         kubeconfig=args.kubeconfig,
         context=args.k8s_context,
         node_names=inv.k8s_node_names(),

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuboot.ui import host_ranges, printable, table
 from gpuboot.verdict import Status
+
+if TYPE_CHECKING:
+    from gpuboot.checks.base import Finding
+    from gpuboot.results import BundleReport, NodeReport, RunReport
 
 
 # ---------------------------------------------------------------- install
@@ -126,28 +130,28 @@ def prune_text(doc: dict[str, Any], *, dry_run: bool) -> str:
 
 
 # ---------------------------------------------------------------- verdicts
-def _not_passed(node: dict[str, Any]) -> list[dict[str, Any]]:
+def _not_passed(node: NodeReport) -> list[Finding]:
     """Findings judged other than PASS, the verdict's own first (SKIPPED ones did not run)."""
-    judged = [f for f in node["findings"] if f["status"] not in (Status.PASS, Status.SKIPPED)]
-    return sorted(judged, key=lambda f: f["status"] != node["verdict"])
+    judged = [f for f in node.findings if f.status not in (Status.PASS, Status.SKIPPED)]
+    return sorted(judged, key=lambda f: f.status != node.verdict)
 
 
-def _checks_summary(node: dict[str, Any]) -> str:
-    statuses = [f["status"] for f in node["findings"]]
+def _checks_summary(node: NodeReport) -> str:
+    statuses = [f.status for f in node.findings]
     passed, skipped = statuses.count(Status.PASS), statuses.count(Status.SKIPPED)
-    if not passed and node["verdict"] == Status.ERROR:
+    if not passed and node.verdict == Status.ERROR:
         return f"nothing was checked: {skipped} check(s) skipped"
     return f"{passed} passed, {skipped} skipped" if skipped else f"{passed} checks passed"
 
 
-def _by_reason(findings: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+def _by_reason(findings: list[Finding]) -> dict[tuple[str, str], list[str]]:
     """(status, reason) -> the rules (with their titles when alone) that share it: a node
     whose evidence could not be read says so once, not once per rule."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[Finding]] = {}
     for f in findings:
-        groups.setdefault((f["status"], f["reason"]), []).append(f)
+        groups.setdefault((f.status, f.reason), []).append(f)
     return {
-        key: [f"{fs[0]['rule']} {fs[0]['title']}"] if len(fs) == 1 else [f["rule"] for f in fs]
+        key: [f"{fs[0].rule} {fs[0].title}"] if len(fs) == 1 else [f.rule for f in fs]
         for key, fs in groups.items()
     }
 
@@ -156,34 +160,34 @@ def _on(hosts: list[str], named: int) -> str:
     return ", ".join(hosts) if len(hosts) <= named else f"{len(hosts)} nodes"
 
 
-def _skipped_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+def _skipped_text(nodes: tuple[NodeReport, ...], named: int = 5) -> str:
     """Checks that did not run, once per rule and reason with the nodes they concern: the
     same skip on 300 nodes is one line, not 300."""
     groups: dict[tuple[str, str, str], list[str]] = {}
     for node in nodes:
-        for f in node["findings"]:
-            if f["status"] == Status.SKIPPED:
-                groups.setdefault((f["rule"], f["title"], f["reason"]), []).append(node["host"])
+        for f in node.findings:
+            if f.status == Status.SKIPPED:
+                groups.setdefault((f.rule, f.title, f.reason), []).append(node.host)
     return "".join(
         f"\n  SKIPPED {rule} {title}: {reason} ({_on(hosts, named)})"
         for (rule, title, reason), hosts in groups.items()
     )
 
 
-def _remediate_text(nodes: list[dict[str, Any]], named: int = 5) -> str:
+def _remediate_text(nodes: tuple[NodeReport, ...], named: int = 5) -> str:
     """Per failed rule that tasks make true, the install that runs them alone (ids.link_report
-    put it in the findings), once with the nodes it concerns."""
+    linked it to the findings), once with the nodes it concerns."""
     groups: dict[str, list[str]] = {}
     for node in nodes:
-        for f in node["findings"]:
-            if f.get("remediate"):
-                groups.setdefault(f["remediate"], []).append(node["host"])
+        for f in node.findings:
+            if command := node.remedy(f).get("remediate"):
+                groups.setdefault(command, []).append(node.host)
     return "".join(
         f"\n  remediate: {command} on {_on(hosts, named)}" for command, hosts in groups.items()
     )
 
 
-def verdict_text(report: dict[str, Any]) -> str:
+def verdict_text(report: RunReport | BundleReport) -> str:
     """Failing nodes first, one row each with their first failed check; passing nodes with
     identical results folded into one row; then the other failed checks, the remediations
     and the skipped checks."""
@@ -192,35 +196,33 @@ def verdict_text(report: dict[str, Any]) -> str:
     rows, passed = [], {}
     # failures first; PASS nodes folded below
     order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2}
-    for node in sorted(
-        report["nodes"], key=lambda n: (order.get(n["verdict"], 3), host_key(n["host"]))
-    ):
+    for node in sorted(report.nodes, key=lambda n: (order.get(n.verdict, 3), host_key(n.host))):
         bad = _not_passed(node)
-        if not bad and node["verdict"] == Status.PASS:
-            passed.setdefault(_checks_summary(node), []).append(node["host"])
+        if not bad and node.verdict == Status.PASS:
+            passed.setdefault(_checks_summary(node), []).append(node.host)
             continue
         first = bad[0] if bad else None
         rows.append(
             (
-                node["host"],
-                node["verdict"],
-                f"{first['rule']} {first['title']}" if first else "",
-                first["reason"] if first else _checks_summary(node),
+                node.host,
+                node.verdict,
+                f"{first.rule} {first.title}" if first else "",
+                first.reason if first else _checks_summary(node),
             )
         )
     for summary, hosts in passed.items():  # identical results: one row ("node[1-37]")
         count = f"{len(hosts)} nodes: " if len(hosts) > 1 else ""
         rows.append((host_ranges(hosts), Status.PASS, "", count + summary))
     text = table(("node", "verdict", "failed check", "reason"), rows)
-    for node in report["nodes"]:
-        host = printable(node["host"], one_line=True)
+    for node in report.nodes:
+        host = printable(node.host, one_line=True)
         for (status, reason), rules_ in _by_reason(_not_passed(node)[1:]).items():
             what = " ".join(rules_) if len(rules_) > 1 else f"{rules_[0]}"
             text += f"\n  {host}: {status} {what}: {reason}"
-    text += _remediate_text(report["nodes"])
-    text += _skipped_text(report["nodes"])
-    if report.get("bundle"):
-        text += f"\nevidence bundle: {report['bundle']}"
+    text += _remediate_text(report.nodes)
+    text += _skipped_text(report.nodes)
+    if report.bundle:
+        text += f"\nevidence bundle: {report.bundle}"
     return text
 
 

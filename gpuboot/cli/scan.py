@@ -4,6 +4,7 @@ taken out of service."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from gpuboot.cli import options
 from gpuboot.cli.document import RunDocument
@@ -75,34 +76,37 @@ def _scan_inventory(args, inv) -> Outcome:
             progress=progress,
             rma_after_reboots=args.rma_after_reboots,
         )
+    result = replace(result, report=link_report(result.report))
     report = result.report
-    link_report(report)
     written = write_reports(
-        report, Path(report["run_dir"]) / "reports", key_path=None, kind=prometheus.SCAN
+        report.to_dict(),  # the writers still read the JSON form
+        report.run_dir / "reports",
+        key_path=None,
+        kind=prometheus.SCAN,
     )
-    run = RunDocument(report, dict(written))
+    run = RunDocument(result, dict(written))
     # the fleet trend page beside the report: the history up to this scan, as the scan
     # holds it (not read again)
     page = Path(written["html"]).with_name(trend.NAME)
     run.written["trend"] = trend.write(
-        result.history.trend.records(), page, source=report["history"]
+        result.history.trend.records(), page, source=str(result.history_path)
     )
     warning = None
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
         # merged: under --limit the other nodes' series (and their alerts) stay
         prom, warning = prometheus.write_merged(
-            report, Path(args.textfile_dir) / "gpuboot-scan.prom"
+            report.to_dict(), Path(args.textfile_dir) / "gpuboot-scan.prom"
         )
         run.written["textfile"] = prom
-    code = scan.exit_code(report)  # new drift, not judged, still failing (gpuboot/scan.py)
+    code = result.exit_code()  # new drift, not judged, still failing (gpuboot/scan.py)
     text = render.verdict_text(report) + (f"\n{warning}" if warning else "")
-    text += "".join(f"\n{line}" for line in scan.drift_lines(report))
-    text += f"\nhistory: {report['history']}; report: {written['html']}"
+    text += "".join(f"\n{line}" for line in scan.drift_lines(report.nodes))
+    text += f"\nhistory: {result.history_path}; report: {written['html']}"
     if args.kubeconfig:
         # Only failing nodes go to the gate (taken out of service); a node that passes a
         # scan stays as it is: certify, with its bandwidth probes, lets nodes back in.
-        failed = {**report, "nodes": [n for n in report["nodes"] if n["verdict"] in BAD]}
-        run.gate, gate_ok = gate.apply(args, inv, failed)
+        failed = replace(report, nodes=tuple(n for n in report.nodes if n.verdict in BAD))
+        run.gate, gate_ok = gate.apply(args, inv, failed, written)
         text += render.gate_text(run.gate)
         code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, run.to_dict(), text)

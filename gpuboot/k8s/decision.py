@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpuboot.errors import GpubootError
 from gpuboot.k8s import labels as L
 from gpuboot.report.certificate import partial
+from gpuboot.results import NodeReport
 from gpuboot.verdict import BAD, Status
 
 Cordon = Literal["cordon", "uncordon-ours", "leave"]
@@ -61,19 +62,17 @@ def read_certificate(path: str | Path, host: str, now: datetime) -> CertInfo:
     return CertInfo(hashlib.sha256(data).hexdigest(), int(expires.timestamp()), doc)
 
 
-def stack_of(report: dict[str, Any], node: dict[str, Any], cert: CertInfo | None) -> str | None:
-    """The pinned stack name, else the pinned driver version, else the driver the
-    certificate's fingerprint saw."""
-    if node.get("stack"):
-        return str(node["stack"])
+def stack_of(bundle: Path | None, host: str, cert: CertInfo | None) -> str | None:
+    """The pinned stack name (the host's meta.json in the run's ``bundle``), else the pinned
+    driver version, else the driver the certificate's fingerprint saw."""
     pins: Any = {}
-    if report.get("bundle"):
+    if bundle:
         from gpuboot.bundle.names import META, is_safe_name
         from gpuboot.bundle.store import parse_meta, read_file_capped
 
-        host_dir = Path(str(report["bundle"])) / str(node.get("host"))
+        host_dir = Path(bundle) / host
         try:  # a regular file within the cap, never a link or a FIFO
-            if is_safe_name(node.get("host")):
+            if is_safe_name(host):
                 pins = parse_meta(read_file_capped(host_dir / META), str(host_dir)).get("pins")
         except GpubootError:
             pins = {}
@@ -84,16 +83,15 @@ def stack_of(report: dict[str, Any], node: dict[str, Any], cert: CertInfo | None
     return str(driver["driver_version"]) if driver.get("driver_version") else None
 
 
-def _rule_ids(node: dict[str, Any], statuses: tuple[str, ...]) -> list[str]:
-    found = {str(f.get("rule")) for f in node.get("findings") or [] if f.get("status") in statuses}
-    return sorted(found)
+def _rule_ids(node: NodeReport, statuses: tuple[str, ...]) -> list[str]:
+    return sorted({f.rule for f in node.findings if f.status in statuses})
 
 
-def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon) -> Target:
+def _uncertified(node: NodeReport, statuses: tuple[str, ...], cordon: Cordon) -> Target:
     failed = L.rules_value(_rule_ids(node, statuses))
     target = Target(
-        host=str(node.get("host")),
-        verdict=str(node.get("verdict")),
+        host=node.host,
+        verdict=node.verdict,
         labels={
             L.LABEL_CERTIFIED: "false",
             L.LABEL_FAILED_RULES: failed or None,
@@ -104,20 +102,23 @@ def _uncertified(node: dict[str, Any], statuses: tuple[str, ...], cordon: Cordon
         },
         cordon=cordon,
     )
-    if "escalations" in node:  # a scan's report (certify keeps no history: leaves it)
-        target.labels[L.LABEL_ACTION] = L.ACTION_RMA if node["escalations"] else None
+    if node.escalations is not None:  # a scan's node (certify keeps no history: leaves it)
+        target.labels[L.LABEL_ACTION] = L.ACTION_RMA if node.escalations else None
     return target
 
 
 def decide(
-    report: dict[str, Any],
-    node: dict[str, Any],
+    node: NodeReport,
     *,
+    bundle: Path | None,
+    certificate: str | Path | None,
     allow_warn: bool,
     now: datetime,
     allow_partial: bool = False,
 ) -> Target:
-    host, verdict = str(node.get("host")), str(node.get("verdict"))
+    """``node`` of a run whose evidence is in ``bundle``; ``certificate``: the file issued
+    for it, if any."""
+    host, verdict = node.host, node.verdict
     if verdict in BAD:
         return _uncertified(node, BAD, "cordon")
     if verdict == Status.WARN and not allow_warn:
@@ -125,7 +126,7 @@ def decide(
         return _uncertified(node, (Status.WARN,), "leave")
     if verdict not in (Status.PASS, Status.WARN):
         return Target(host, verdict, error=f"unknown verdict {verdict!r}: node left untouched")
-    path = (report.get("reports") or {}).get(f"certificate:{host}")
+    path = certificate
     if not path:
         return Target(
             host,
@@ -144,7 +145,7 @@ def decide(
             error=f"certificate {path} is partial ({gap}): node left untouched, its "
             "uncertified taint stays; certify it with a pair partner at probe level quick or full",
         )
-    stack = stack_of(report, node, cert)
+    stack = stack_of(bundle, host, cert)
     return Target(
         host=host,
         verdict=verdict,

@@ -9,13 +9,16 @@ The official ``kubernetes`` client is imported lazily: it is an optional extra (
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.k8s.decision import Target, decide
 from gpuboot.k8s.patch import plan
+from gpuboot.results import RunReport
 
 FIELD_MANAGER = "gpuboot"
 TIMEOUT = (10, 30)  # connect, read (s): a black-holed API server must not hang certify
@@ -125,8 +128,9 @@ def apply_target(api: Api, action: GateAction, target: Target, dry_run: bool) ->
 
 
 def apply_gate(
-    report: dict[str, Any],
+    report: RunReport,
     *,
+    certificates: Mapping[str, str | Path] | None = None,
     kubeconfig: str | None,
     context: str | None = None,
     node_names: dict[str, str] | None = None,
@@ -136,6 +140,7 @@ def apply_gate(
     allow_partial: bool = False,
 ) -> list[GateAction]:
     """Gate every node of a certify report; one action per node, in report order.
+    ``certificates``: host -> the certificate issued for it (gpuboot.report.write_reports).
 
     PASS (WARN with ``allow_warn``) with a valid certificate: uncertified taint removed,
     certified/stack/cert labels set, uncordoned if gpuboot had cordoned it. FAIL/ERROR:
@@ -148,9 +153,17 @@ def apply_gate(
     at = now or datetime.now(UTC)
     names = node_names or {}
     actions = []
-    for node in report.get("nodes") or []:
-        host = str(node.get("host"))
-        target = decide(report, node, allow_warn=allow_warn, now=at, allow_partial=allow_partial)
+    issued = certificates or {}
+    for node in report.nodes:
+        host = node.host
+        target = decide(
+            node,
+            bundle=report.bundle,
+            certificate=issued.get(host),
+            allow_warn=allow_warn,
+            now=at,
+            allow_partial=allow_partial,
+        )
         name = names.get(host, host)
         action = GateAction(
             node=name,

@@ -59,7 +59,7 @@ def mig_state(lab) -> tuple[dict[int, str], dict[int, Counter]]:
 
 def mig_finding(lab) -> dict:
     """certify's MIG-001 finding for node1 (state checks only)."""
-    report = certify_mod.certify(str(lab.inventory), probes="none")
+    report = certify_mod.certify(str(lab.inventory), probes="none").to_dict()
     node = next(n for n in report["nodes"] if n["host"] == "node1")
     return next(f for f in node["findings"] if f["rule"] == "MIG-001")
 

@@ -41,7 +41,7 @@ def report(make_lab, tmp_path_factory):
     inv["all"].setdefault("vars", {})["doca_ofed_enabled"] = True
     path = tmp_path_factory.mktemp("inv") / "pairs.yml"
     path.write_text(yaml.safe_dump(inv))
-    rep = certify_mod.certify(str(path), probes="quick")
+    rep = certify_mod.certify(str(path), probes="quick").to_dict()
     return {n["host"]: n for n in rep["nodes"]}
 
 

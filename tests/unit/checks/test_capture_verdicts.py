@@ -46,7 +46,7 @@ def judged(tmp_path_factory) -> dict[str, dict]:
         if has_elision(text.decode(errors="replace")):
             meta["excerpt"] = True  # a published excerpt: "[...]" is the author's
         (d / "meta.json").write_text(json.dumps(meta))
-    doc = evaluate_bundle(str(root), ignore_manifest=True)
+    doc = evaluate_bundle(str(root), ignore_manifest=True).to_dict()
     return {n["host"]: n for n in doc["nodes"]}
 
 

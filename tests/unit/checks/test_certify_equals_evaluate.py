@@ -78,7 +78,7 @@ def _certify_one(node, tmp_path, level: str, fault: str | None):
     run_pair_probes({"emu1": entry}, lambda _h, _c: ProbeOutput("", "no partner", 255))
     ctx = rules.NodeContext("emu1", node.profile, hostvars, entry["meta"])  # the node fixture
     findings = rules.evaluate(evidence, ctx)
-    report = _node_report("emu1", findings)
+    report = _node_report("emu1", findings).to_dict()
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     write_host_bundle(bundle_host_dir(bundle, "emu1"), evidence, entry["meta"])
@@ -92,7 +92,7 @@ def _certify_one(node, tmp_path, level: str, fault: str | None):
 def test_evaluate_gives_certify_verdict_and_every_rule(tmp_path, level, fault):
     node = full_node(tmp_path)
     findings, report, bundle = _certify_one(node, tmp_path, level, fault)
-    (again,) = evaluate_bundle(str(bundle))["nodes"]
+    (again,) = evaluate_bundle(str(bundle)).to_dict()["nodes"]
     certified = {f.rule: (f.status, f.reason) for f in findings}
     evaluated = {f["rule"]: (f["status"], f["reason"]) for f in again["findings"]}
     assert evaluated == certified, {

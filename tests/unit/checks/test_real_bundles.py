@@ -27,7 +27,7 @@ def reports():
     out = {}
     for bundle in {c[0] for c in CASES}:
         # real captures: no certify run wrote them, so no MANIFEST.json vouches for them
-        doc = evaluate_bundle(str(BUNDLES / bundle), ignore_manifest=True)
+        doc = evaluate_bundle(str(BUNDLES / bundle), ignore_manifest=True).to_dict()
         out.update({(bundle, n["host"]): n for n in doc["nodes"]})
     return out
 

@@ -116,14 +116,14 @@ def xid_bundle(emu_bundle, tmp_path) -> tuple[Path, str]:
 # ---------------------------------------------------------------- manifest
 def test_a_deleted_xid_line_never_turns_fail_into_pass(xid_bundle):
     bundle, xid = xid_bundle
-    assert _node(evaluate_bundle(str(bundle)), "emu1")["verdict"] == "FAIL"
+    assert _node(evaluate_bundle(str(bundle)).to_dict(), "emu1")["verdict"] == "FAIL"
     dmesg = bundle / "emu1" / "dmesg.txt"
     dmesg.write_text(dmesg.read_text().replace(xid, ""))
-    node = _node(evaluate_bundle(str(bundle)), "emu1")
+    node = _node(evaluate_bundle(str(bundle)).to_dict(), "emu1")
     assert node["verdict"] == "ERROR"
     assert _reasons(node) == {"evidence changed since the run: dmesg.txt (changed)"}
     # the operator may still judge the files as they are, knowingly
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     assert doc["manifest"] == "ignored" and _node(doc, "emu1")["verdict"] == "PASS"
 
 
@@ -131,12 +131,12 @@ def test_added_and_missing_files_and_a_deleted_host_are_changes(xid_bundle, tmp_
     bundle, _ = xid_bundle
     (bundle / "emu1" / "lsmod.txt").unlink()
     (bundle / "emu1" / "ibstat.txt.orig").write_text("planted\n")
-    node = _node(evaluate_bundle(str(bundle)), "emu1")
+    node = _node(evaluate_bundle(str(bundle)).to_dict(), "emu1")
     (reason,) = _reasons(node)
     assert "ibstat.txt.orig (added)" in reason and "lsmod.txt (missing)" in reason
     small = _small_bundle(tmp_path / "s")
     shutil.rmtree(small / "n2")
-    doc = evaluate_bundle(str(small))
+    doc = evaluate_bundle(str(small)).to_dict()
     assert _node(doc, "n2")["verdict"] == "ERROR" and not doc["passed"]
     assert "host directory missing" in next(iter(_reasons(_node(doc, "n2"))))
 
@@ -148,7 +148,7 @@ def test_hosts_of_the_run_come_from_the_manifest_never_from_outside(tmp_path):
     manifest["hosts"] = {"n1": "PASS", "n2": "PASS", "gone": "ERROR", "..": "PASS"}
     manifest["files"]["../outside/x.txt"] = "0" * 64
     path.write_text(json.dumps(manifest))
-    doc = evaluate_bundle(str(small))
+    doc = evaluate_bundle(str(small)).to_dict()
     assert {n["host"] for n in doc["nodes"]} == {"n1", "n2", "gone"}
     # certify judged a host it could not collect from ERROR; so does evaluate
     assert _reasons(_node(doc, "gone")) == {"the run kept no evidence for this host (unreachable?)"}
@@ -157,10 +157,13 @@ def test_hosts_of_the_run_come_from_the_manifest_never_from_outside(tmp_path):
 def test_a_bundle_without_manifest_is_not_judged_unless_asked(xid_bundle):
     bundle, _ = xid_bundle
     (bundle / "MANIFEST.json").unlink()
-    node = _node(evaluate_bundle(str(bundle)), "emu1")
+    node = _node(evaluate_bundle(str(bundle)).to_dict(), "emu1")
     assert node["verdict"] == "ERROR"
     assert all("no MANIFEST.json" in r for r in _reasons(node))
-    assert _node(evaluate_bundle(str(bundle), ignore_manifest=True), "emu1")["verdict"] == "FAIL"
+    assert (
+        _node(evaluate_bundle(str(bundle), ignore_manifest=True).to_dict(), "emu1")["verdict"]
+        == "FAIL"
+    )
 
 
 def test_a_rules_subset_is_partial_never_pass(xid_bundle):
@@ -170,7 +173,9 @@ def test_a_rules_subset_is_partial_never_pass(xid_bundle):
     meta_path = bundle / "emu1" / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "rules": ["GPU-001", "XID-001"]}))
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)  # ...judged on two rules only
+    doc = evaluate_bundle(
+        str(bundle), ignore_manifest=True
+    ).to_dict()  # ...judged on two rules only
     node = _node(doc, "emu1")
     assert node["verdict"] == "ERROR" and doc["passed"] is False
     statuses = {f["rule"]: f["status"] for f in node["findings"]}
@@ -233,7 +238,7 @@ def test_a_linked_host_directory_is_not_followed(tmp_path):
     bundle = _small_bundle(tmp_path)
     elsewhere = _small_bundle(tmp_path / "other", hosts=("n3",)) / "n3"
     os.symlink(elsewhere, bundle / "n3")
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     assert _node(doc, "n3")["verdict"] == "ERROR"
     assert "link" in next(iter(_reasons(_node(doc, "n3"))))
 
@@ -242,7 +247,7 @@ def test_an_oversized_file_makes_only_its_host_error(tmp_path, monkeypatch):
     bundle = _small_bundle(tmp_path)
     monkeypatch.setattr(store, "MAX_FILE_BYTES", 4096)
     (bundle / "n1" / "dmesg.txt").write_bytes(b"x" * 5000)
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     assert _node(doc, "n1")["verdict"] == "ERROR"
     assert "over the 4096-byte cap" in next(iter(_reasons(_node(doc, "n1"))))
     assert _judged(_node(doc, "n2"))
@@ -255,7 +260,7 @@ def test_an_oversized_file_makes_only_its_host_error(tmp_path, monkeypatch):
 def test_a_malformed_meta_json_makes_its_host_error(tmp_path, meta_text):
     bundle = _small_bundle(tmp_path)
     (bundle / "n1" / "meta.json").write_text(meta_text)
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     assert _node(doc, "n1")["verdict"] == "ERROR"
     assert all("meta.json" in r for r in _reasons(_node(doc, "n1")))
 
@@ -263,7 +268,7 @@ def test_a_malformed_meta_json_makes_its_host_error(tmp_path, meta_text):
 def test_meta_json_size_is_bounded(tmp_path, monkeypatch):
     bundle = _small_bundle(tmp_path)
     monkeypatch.setattr(store, "MAX_META_BYTES", 100)
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     assert all("meta.json over" in next(iter(_reasons(n))) for n in doc["nodes"])
 
 
@@ -288,7 +293,7 @@ def test_profile_only_from_the_host_dir_or_shipped(tmp_path, how):
         os.symlink(outside, bundle / "n1" / "variant.yaml")
     meta_path = bundle / "n1" / "meta.json"
     meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "profile": name}))
-    doc = evaluate_bundle(str(bundle), ignore_manifest=True)
+    doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
     node = _node(doc, "n1")
     assert node["verdict"] == "ERROR"
     assert any(re.search("profile|link", r) for r in _reasons(node)), _reasons(node)
@@ -303,12 +308,12 @@ def test_a_profile_file_inside_the_host_dir_is_used(tmp_path):
     meta_path.write_text(
         json.dumps({**json.loads(meta_path.read_text()), "profile": "variant.yaml"})
     )
-    node = _node(evaluate_bundle(str(bundle), ignore_manifest=True), "n1")
+    node = _node(evaluate_bundle(str(bundle), ignore_manifest=True).to_dict(), "n1")
     gpu = next(f for f in node["findings"] if f["rule"] == "GPU-001")
     assert "profile" not in gpu["reason"]  # judged (missing csv: ERROR from the rule itself)
     # YAML aliases (an alias bomb) are refused in a bundle's own profile
     (bundle / "n1" / "variant.yaml").write_text("a: &x [1, 2]\nb: [*x, *x]\n")
-    node = _node(evaluate_bundle(str(bundle), ignore_manifest=True), "n1")
+    node = _node(evaluate_bundle(str(bundle), ignore_manifest=True).to_dict(), "n1")
     assert any("aliases" in r for r in _reasons(node))
 
 

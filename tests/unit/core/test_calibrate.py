@@ -3,6 +3,7 @@
 from gpuboot.calibrate import calibrate
 from gpuboot.checks.thresholds import band
 from gpuboot.profiles import load_profile
+from gpuboot.results import RunReport
 
 
 def node(host, h2d, *, broken=False):
@@ -30,7 +31,7 @@ def test_median_of_healthy_nodes_with_the_profile_band_widths():
     report = {
         "nodes": [node("a", 40.0), node("b", 41.0), node("c", 39.0), node("d", 12.0, broken=True)]
     }
-    out = calibrate(report, min_nodes=3)
+    out = calibrate(RunReport.from_dict(report), min_nodes=3)
     assert out["excluded_nodes"] == ["d"]  # a GPU check failed: not a baseline
     assert out["gpuboot_thresholds"]["nvbandwidth_h2d"] == {
         "expected": 40.0,
@@ -44,6 +45,6 @@ def test_median_of_healthy_nodes_with_the_profile_band_widths():
 
 
 def test_too_few_nodes_leaves_the_figure_alone():
-    out = calibrate({"nodes": [node("a", 40.0), node("b", 41.0)]}, min_nodes=3)
+    out = calibrate(RunReport.from_dict({"nodes": [node("a", 40.0), node("b", 41.0)]}), min_nodes=3)
     assert out["gpuboot_thresholds"] == {}
     assert "need 3" in out["skipped"]["nvbandwidth_h2d"]

@@ -201,7 +201,7 @@ def test_ctrl_c_ends_the_run_with_exit_130(inv, monkeypatch, capsys):
 
 def test_the_report_keeps_certify_json_shape(inv, monkeypatch):
     monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Local())
-    report = certify.certify(str(inv), probes="none")
+    report = certify.certify(str(inv), probes="none").to_dict()  # the JSON it keeps
     assert list(report) == [
         "run_id",
         "run_dir",
@@ -259,7 +259,7 @@ def test_scan_judges_through_the_engine_on_an_inventory_already_loaded(inv, monk
     monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Local())
     history = inv.parent / "history.jsonl"
     report = scan.scan(loaded, history=history).report
-    assert [n["host"] for n in report["nodes"]] == ["n1", "n2", "n3"]
+    assert [n.host for n in report.nodes] == ["n1", "n2", "n3"]
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert {r["inventory"] for r in records} == {str(inv)}
     assert {r["host"] for r in records} == {"n1", "n2", "n3"}

@@ -15,6 +15,7 @@ from gpuboot.bundle.model import ProbeOutput
 from gpuboot.k8s import labels as L
 from gpuboot.k8s.decision import decide
 from gpuboot.report import prometheus
+from gpuboot.results import RunReport
 
 XID = "[ 12.5] NVRM: Xid (PCI:0000:{bus}:00): {code}, pid='<unknown>', name=<unknown>, {text}"
 FELL = "GPU has fallen off the bus."
@@ -40,7 +41,7 @@ def _history(*scans: escalation.Observation) -> escalation.FaultHistory:
     h = escalation.FaultHistory()
     for i, seen in enumerate(scans):
         found = escalation.escalations(seen, h)
-        h.add(f"t{i}", seen.boot_id, seen.faults, [e["fault"] for e in found], seen.parts)
+        h.add(f"t{i}", seen.boot_id, seen.faults, [e.fault for e in found], seen.parts)
     return h
 
 
@@ -59,8 +60,8 @@ def test_the_same_xid_on_the_same_gpu_escalates_after_the_second_reboot_not_befo
     assert escalation.escalations(boots[0], _history()) == []
     assert escalation.escalations(boots[1], _history(boots[0])) == []  # one reboot: reset/reboot
     (esc,) = escalation.escalations(boots[2], _history(*boots[:2]))
-    assert esc["action"] == "hardware inspection / RMA" and esc["boots"] == 3
-    assert esc["rule"] == "XID-001" and esc["first_seen"] == "t0" and esc["new"] is True
+    assert esc.action == "hardware inspection / RMA" and esc.boots == 3
+    assert esc.rule == "XID-001" and esc.first_seen == "t0" and esc.new is True
     # configurable: after one reboot already
     assert escalation.escalations(boots[1], _history(boots[0]), reboots=1) != []
 
@@ -109,27 +110,27 @@ def scans(tmp_path, monkeypatch):
         bundle = tmp_path / f"bundle{next(count)}"
         node = _bundle_node(bundle, host, boot, *lines)
         report = {"run_id": "r", "run_dir": str(tmp_path), "bundle": str(bundle), "nodes": [node]}
-        monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
-        return scan.scan(str(tmp_path / "inv.yml"), history=tmp_path / "h.jsonl").report
+        monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(report))
+        return scan.scan(str(tmp_path / "inv.yml"), history=tmp_path / "h.jsonl")
 
     return do
 
 
 def test_scan_turns_the_action_into_rma_in_report_textfile_and_labels(scans):
     for boot in ("b1", "b2"):
-        node = scans(boot, xid(79))["nodes"][0]
-        assert node["escalations"] == [] and "RMA" not in node["findings"][0]["action"]
-    report = scans("b3", xid(79))
-    node = report["nodes"][0]
-    assert node["recommended_action"] == "hardware inspection / RMA"
-    assert node["findings"][0]["action"].startswith("hardware inspection / RMA: Xid 79 on GPU")
-    assert report["exit_code"] == 1  # a new escalation is news to a scheduler
-    text = prometheus.render(report, kind=prometheus.SCAN)
+        (node,) = scans(boot, xid(79)).report.nodes
+        assert node.escalations == () and "RMA" not in node.findings[0].action
+    result = scans("b3", xid(79))
+    (node,) = result.report.nodes
+    assert node.recommended_action == "hardware inspection / RMA"
+    assert node.findings[0].action.startswith("hardware inspection / RMA: Xid 79 on GPU")
+    assert result.exit_code() == 1  # a new escalation is news to a scheduler
+    text = prometheus.render(result.report.to_dict(), kind=prometheus.SCAN)
     assert 'gpuboot_scan_escalated_faults{host="n1"} 1' in text
-    target = decide(report, node, allow_warn=False, now=datetime.now(UTC))
+    target = decide(node, bundle=None, certificate=None, allow_warn=False, now=datetime.now(UTC))
     assert target.labels[L.LABEL_ACTION] == "hardware-inspection-rma"
     again = scans("b3", xid(79))  # the same boot scanned again: still RMA, no longer news
-    assert again["nodes"][0]["escalations"][0]["new"] is False and again["exit_code"] == 5
+    assert again.report.nodes[0].escalations[0].new is False and again.exit_code() == 5
 
 
 def test_scan_records_the_boot_id_and_faults_in_its_history(scans, tmp_path):

@@ -31,9 +31,9 @@ def fleet_bundle(tmp_path):
 
 
 def test_parallel_judging_gives_the_single_process_report(fleet_bundle, monkeypatch):
-    parallel = certify.evaluate_bundle(str(fleet_bundle))
+    parallel = certify.evaluate_bundle(str(fleet_bundle)).to_dict()
     monkeypatch.setattr(certify, "PARALLEL_FROM_HOSTS", 10**9)
-    single = certify.evaluate_bundle(str(fleet_bundle))
+    single = certify.evaluate_bundle(str(fleet_bundle)).to_dict()
     assert parallel == single
     node7 = next(n for n in parallel["nodes"] if n["host"] == "node7")
     assert node7["verdict"] == "ERROR"

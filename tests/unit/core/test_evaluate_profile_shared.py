@@ -41,7 +41,7 @@ def test_each_shipped_profile_is_loaded_once_per_run(bundle, monkeypatch):
         return real(name)
 
     monkeypatch.setattr(bundle_profile, "load_profile", counting)
-    report = certify.evaluate_bundle(str(bundle))
+    report = certify.evaluate_bundle(str(bundle)).to_dict()
     assert len(report["nodes"]) == 24
     assert calls, "the bundle names shipped profiles"
     assert len(calls) == len(set(calls)), f"a profile loaded more than once: {calls}"
@@ -49,7 +49,7 @@ def test_each_shipped_profile_is_loaded_once_per_run(bundle, monkeypatch):
 
 def test_judging_leaves_the_shared_profile_unchanged(bundle, monkeypatch):
     monkeypatch.setattr(certify, "PARALLEL_FROM_HOSTS", 10**9)  # same process: see SHIPPED
-    certify.evaluate_bundle(str(bundle))
+    certify.evaluate_bundle(str(bundle)).to_dict()
     assert SHIPPED
     for name, shared in SHIPPED.items():
         assert shared == profiles.load_profile(name), f"judging changed profile {name}"

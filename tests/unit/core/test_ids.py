@@ -16,6 +16,7 @@ import pytest
 
 from gpuboot import ids, install, paths
 from gpuboot.errors import BadInput
+from gpuboot.results import RunReport
 from gpuboot.runner import ansible_env
 
 ROOT = paths.PROJECT_DIR
@@ -195,7 +196,8 @@ def test_the_report_links_a_failed_rule_to_the_tasks_that_fix_it():
             }
         ]
     }
-    stk2, nic1, stk3, mig1 = ids.link_report(report)["nodes"][0]["findings"]
+    linked = ids.link_report(RunReport.from_dict(report))
+    stk2, nic1, stk3, mig1 = linked.to_dict()["nodes"][0]["findings"]
     assert stk2["fix_tasks"] == list(ids.fixes()["STK-002"]) and stk2["fix_tasks"]
     assert stk2["remediate"].startswith("gpuboot install --tags STK-002 (tasks ")
     assert nic1["fix_tasks"] == [] and "remediate" not in nic1  # hardware: no task fixes it

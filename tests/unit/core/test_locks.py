@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot.results import RunReport
 from gpuboot import cli, install, locks, paths, scan
 from gpuboot.errors import BadInput
 
@@ -162,11 +163,11 @@ def _scan_once(inventory, history, barrier, results):
 
         time.sleep(0.3)  # every scan is probing when the others read the history
         node = {"host": "n1", "verdict": "FAIL", "findings": [{"rule": "X", "status": "FAIL"}]}
-        return {"run_id": f"r{os.getpid()}", "run_dir": "d", "nodes": [node]}
+        return RunReport.from_dict({"run_id": f"r{os.getpid()}", "run_dir": "d", "nodes": [node]})
 
     certify.certify = slow_certify
     barrier.wait(30)
-    report = scan.scan(inventory, history=Path(history)).report
+    report = scan.scan(inventory, history=Path(history)).to_dict()
     results.put(report["nodes"][0]["drift"]["previous_scan"])
 
 

@@ -12,6 +12,7 @@ import pytest
 from gpuboot import cli, engine, transport
 from gpuboot.cli.render import verdict_text
 from gpuboot.progress import RESCUE_WAIT_S, SLOW_MIN_S, InstallProgress, Screen
+from gpuboot.results import RunReport
 from gpuboot.runner import EventFolder
 
 PINS = (
@@ -205,7 +206,7 @@ def test_certify_table_puts_failures_first_and_folds_passing_nodes():
     nodes = [node(f"node{i}", "PASS") for i in range(1, 38)]
     nodes[11] = node("node12", "FAIL")
     nodes[29] = node("node30", "ERROR")
-    rows = verdict_text({"nodes": nodes}).splitlines()[2:]
+    rows = verdict_text(RunReport.from_dict({"nodes": nodes})).splitlines()[2:]
     assert [r.split()[:2] for r in rows[:3]] == [
         ["node12", "FAIL"],
         ["node30", "ERROR"],

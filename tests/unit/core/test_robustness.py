@@ -23,6 +23,7 @@ import pytest
 from testinfra.backend.base import CommandResult
 from testinfra.backend.local import LocalBackend
 
+from gpuboot.results import RunReport
 from gpuboot import cli, install, paths, plan, rollout, runner, scan
 from gpuboot.errors import BadInput, GpubootError, RunError
 
@@ -181,7 +182,7 @@ def test_history_skips_bad_lines_with_file_and_line_named(tmp_path):
     assert [w.split(": ")[0] for w in warnings] == [f"{path}:{n}" for n in (2, 3, 4, 5, 6)]
     assert "'failing'" in warnings[1] and "UTF-8" in warnings[4]
     # and a scan over such a history still works: the bad lines are not its "previous scan"
-    assert scan.drift({}, last.get("n2")) == {
+    assert scan.drift({}, last.get("n2")).to_dict() == {
         "previous_scan": None,
         "new": [],
         "still": [],
@@ -196,7 +197,7 @@ def _fake_certify(verdicts, delay=0.0):
             {"host": h, "verdict": v, "findings": [{"rule": "NVL-001", "status": v}]}
             for h, v in verdicts.items()
         ]
-        return {"run_id": "r", "run_dir": "d", "nodes": nodes}
+        return RunReport.from_dict({"run_id": "r", "run_dir": "d", "nodes": nodes})
 
     return certify
 
@@ -208,7 +209,7 @@ def test_scan_warns_about_a_bad_history_line_through_its_progress(tmp_path, monk
     history.write_bytes(b'{"time": "t", "host": "n1"}\n')  # no failing: broke every later scan
     monkeypatch.setattr(certify, "certify", _fake_certify({"n1": "FAIL"}))
     said: list[str] = []
-    report = scan.scan(str(tmp_path / "inv.yml"), history=history, progress=said.append).report
+    report = scan.scan(str(tmp_path / "inv.yml"), history=history, progress=said.append).to_dict()
     assert report["nodes"][0]["drift"]["new"] == ["NVL-001"]
     assert any(f"{history}:1" in m and "'failing'" in m for m in said)
 

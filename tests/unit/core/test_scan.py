@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuboot.scan import append_history, drift, failing, last_records
+from gpuboot.results import NodeReport
+from gpuboot.scan import append_history, drift, last_records
 
 
 def _rec(host, failing_rules, time="2026-11-23T10:00:00Z"):
@@ -10,13 +11,13 @@ def _rec(host, failing_rules, time="2026-11-23T10:00:00Z"):
 
 
 def test_first_scan_reports_every_failure_as_new_but_not_what_it_could_not_judge():
-    d = drift({"NVL-001": "FAIL", "BW-001": "ERROR"}, None)
+    d = drift({"NVL-001": "FAIL", "BW-001": "ERROR"}, None).to_dict()
     assert d == {"previous_scan": None, "new": ["NVL-001"], "still": [], "cleared": []}
 
 
 def test_drift_splits_new_still_and_cleared():
     before = _rec("n1", {"NVL-001": "FAIL", "STK-002": "FAIL"})
-    d = drift({"NVL-001": "FAIL", "XID-001": "FAIL"}, before)
+    d = drift({"NVL-001": "FAIL", "XID-001": "FAIL"}, before).to_dict()
     assert (d["new"], d["still"], d["cleared"]) == (["XID-001"], ["NVL-001"], ["STK-002"])
     assert d["previous_scan"] == "2026-11-23T10:00:00Z"
 
@@ -24,7 +25,7 @@ def test_drift_splits_new_still_and_cleared():
 def test_failing_keeps_fail_and_error_only():
     statuses = (("A", "PASS"), ("B", "WARN"), ("C", "FAIL"), ("D", "ERROR"))
     node = {"findings": [{"rule": r, "status": s} for r, s in statuses]}
-    assert failing(node) == {"C": "FAIL", "D": "ERROR"}
+    assert NodeReport.from_dict(node).failing() == {"C": "FAIL", "D": "ERROR"}
 
 
 def test_history_keeps_the_latest_record_per_host_and_skips_a_torn_line(tmp_path):

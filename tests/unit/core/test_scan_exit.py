@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gpuboot import certify, cli, engine, scan
 from gpuboot.node_collect import HostUnreachable
+from gpuboot.results import RunReport
 
 
 def _finding(rule: str, status: str) -> dict:
@@ -33,8 +32,8 @@ def run(tmp_path, monkeypatch):
 
     def do(*nodes: dict) -> dict:
         report = {"run_id": "r", "run_dir": str(tmp_path), "nodes": list(nodes)}
-        monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
-        return scan.scan(str(tmp_path / "inv.yml"), history=history).report
+        monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(report))
+        return scan.scan(str(tmp_path / "inv.yml"), history=history).to_dict()
 
     return do
 
@@ -90,7 +89,7 @@ def test_the_cli_exits_with_the_scan_code_and_help_documents_it(tmp_path, monkey
     )
     monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
     report = {"run_id": "r", "run_dir": str(tmp_path), "nodes": [_node("n1", {"NVL-001": "FAIL"})]}
-    monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
+    monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(report))
     argv = ["scan", "-i", str(inv), "-q", "--history", str(tmp_path / "h.jsonl")]
     assert cli.main(argv) == 1  # first scan: the failure is new
     assert cli.main(argv) == 5  # the same failure an hour later: nothing new

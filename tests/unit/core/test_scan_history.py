@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot.results import RunReport
 from gpuboot import certify, escalation, scan, status
 from gpuboot.report import trend
 
@@ -77,7 +78,7 @@ def _record(node: int, i: int, faults: escalation.FaultHistory) -> dict:
         "new": [],
         "boot_id": seen.boot_id,
         "faults": sorted(seen.faults),
-        "escalated": [e["fault"] for e in found],
+        "escalated": [e.fault for e in found],
         "gpus": parts,
         "figures": {"nvbandwidth_h2d": [50.0 + node + i % 3, "GB/s", 40.0]} if i % 500 == 0 else {},
     }
@@ -127,7 +128,7 @@ def _fake_certify(hosts, failing=()):
             {"host": h, "verdict": "FAIL" if failing else "PASS", "findings": findings}
             for h in hosts
         ]
-        return {"run_id": "r", "run_dir": "d", "nodes": nodes}
+        return RunReport.from_dict({"run_id": "r", "run_dir": "d", "nodes": nodes})
 
     return certify_
 
@@ -157,10 +158,10 @@ def test_a_scan_and_its_trend_page_open_the_history_once(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", b_open)
     monkeypatch.setattr(io, "open", b_open)
     result = scan.scan(str(tmp_path / "inv.yml"), history=history)
-    report = result.report
+    report = result.to_dict()
     # what `gpuboot scan` does next (gpuboot.cli.scan): the trend page from the history
     records = result.history.trend.records()
-    page = trend.write(records, tmp_path / "trend.html", source=report["history"], now=NOW)
+    page = trend.write(records, tmp_path / "trend.html", source=str(result.history_path), now=NOW)
     monkeypatch.undo()
     assert len(opened) == 1, opened
     assert report["nodes"][0]["drift"]["previous_scan"] == _stamp(29)
@@ -181,13 +182,13 @@ def test_escalation_decisions_are_identical_before_and_after_compacting_10000_sc
     rma = [k for k, v in before.items() if len(k) == 4 and v]
     assert rma and any(k[2] is False for k in rma)
     swapped = before["node0", "boot-new", True, 2]  # another GPU at 0000:18:00 now
-    assert not any("@0000:18:00" in e["fault"] for e in swapped)
-    assert any("@0000:18:00" in e["fault"] for e in before["node0", "boot-new", False, 2])
+    assert not any("@0000:18:00" in e.fault for e in swapped)
+    assert any("@0000:18:00" in e.fault for e in before["node0", "boot-new", False, 2])
     # counted beyond the boot ids kept: node0's Xid 79 came back on ~67 boots
-    (xid79,) = [e for e in before["node0", "boot-new", False, 20] if "xid:79" in e["fault"]]
-    assert xid79["boots"] == 1 + sum(1 for b in range(100) if b % 3 != 1)
-    (same,) = [e for e in before["node0", "boot-0-99", False, 20] if "xid:79" in e["fault"]]
-    assert same["boots"] == xid79["boots"] - 1  # the boot it was last seen in: no reboot
+    (xid79,) = [e for e in before["node0", "boot-new", False, 20] if "xid:79" in e.fault]
+    assert xid79.boots == 1 + sum(1 for b in range(100) if b % 3 != 1)
+    (same,) = [e for e in before["node0", "boot-0-99", False, 20] if "xid:79" in e.fault]
+    assert same.boots == xid79.boots - 1  # the boot it was last seen in: no reboot
 
 
 def test_the_trend_page_is_the_same_before_and_after_compaction(tmp_path):
@@ -316,7 +317,7 @@ def test_a_hostile_compacted_node_is_skipped_with_a_warning_and_starts_afresh(
     assert any(w.startswith(f"{history}:{line}: warning") for w in warned), warned
     # a scan over it: node0 is a first scan (its failures new, exit 1), never a quiet pass
     monkeypatch.setattr(certify, "certify", _fake_certify(["node0"], ["NVL-001"]))
-    report = scan.scan(str(tmp_path / "inv.yml"), history=history).report
+    report = scan.scan(str(tmp_path / "inv.yml"), history=history).to_dict()
     assert report["nodes"][0]["drift"]["new"] == ["NVL-001"] and report["exit_code"] == 1
 
 
@@ -354,11 +355,11 @@ def _scan_compacting(inventory, history, barrier, results):
         time.sleep(0.6)  # the history is open: it is compacted (renamed over) meanwhile
         finding = {"rule": f"X{os.getpid()}", "status": "FAIL"}  # each scan its own rule
         node = {"host": "n1", "verdict": "FAIL", "findings": [finding]}
-        return {"run_id": f"r{os.getpid()}", "run_dir": "d", "nodes": [node]}
+        return RunReport.from_dict({"run_id": f"r{os.getpid()}", "run_dir": "d", "nodes": [node]})
 
     certify.certify = slow_certify
     barrier.wait(30)
-    drift = scan.scan(inventory, history=Path(history)).report["nodes"][0]["drift"]
+    drift = scan.scan(inventory, history=Path(history)).to_dict()["nodes"][0]["drift"]
     results.put((f"X{os.getpid()}", drift["cleared"]))
 
 

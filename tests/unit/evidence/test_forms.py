@@ -84,7 +84,7 @@ def test_evaluate_finds_the_rules_a_bundle_of_real_outputs_holds(tmp_path, read,
     if certified:  # a certify run's bundle: every rule, a missing file is the harness's
         meta["outputs"] = {"journalctl_-k.txt": {"rc": 0, "stderr": ""}}
     (host / "meta.json").write_text(json.dumps(meta))
-    (node,) = evaluate_bundle(str(tmp_path), ignore_manifest=True)["nodes"]
+    (node,) = evaluate_bundle(str(tmp_path), ignore_manifest=True).to_dict()["nodes"]
     got = {f["rule"]: f for f in node["findings"]}
     assert got["XID-001"]["status"] == got["XID-002"]["status"] == "FAIL"
     assert ("partial evidence" in got["GPU-001"]["reason"]) is not certified

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from gpuboot.checks.rules import RULES
+from gpuboot.cli.gate import certificates
 from gpuboot.report import certificate
+from gpuboot.results import RunReport
 
 from .fake_apiserver import FakeApiServer
 
@@ -97,6 +99,13 @@ class Reports:
                 )
                 report["reports"][f"certificate:{node['host']}"] = str(path)
         return report
+
+
+def gate_args(report: dict[str, Any]) -> tuple[RunReport, dict[str, Path]]:
+    """A report as the gate takes it: the typed run and its certificate files by host."""
+    return RunReport.from_dict(report), certificates(
+        {k: Path(v) for k, v in report.get("reports", {}).items()}
+    )
 
 
 @pytest.fixture

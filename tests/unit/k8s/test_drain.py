@@ -10,7 +10,7 @@ import pytest
 from gpuboot.k8s import apply_gate
 from gpuboot.k8s.drain import drain
 
-from .conftest import NOW, Reports
+from .conftest import NOW, Reports, gate_args
 from .fake_apiserver import FakeApiServer, node, pod
 
 if importlib.util.find_spec("kubernetes") is None:
@@ -166,11 +166,13 @@ def test_the_node_returns_only_once_it_certifies_again(
     run(kubeconfig, ["gpu-a01"], fake_time)
 
     failed = reports.make({"gpu-a01": "FAIL"})
-    apply_gate(failed, kubeconfig=kubeconfig, now=NOW)
+    judged, certs = gate_args(failed)
+    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW)
     assert apiserver.nodes["gpu-a01"]["spec"]["unschedulable"] is True
 
     passed = reports.make({"gpu-a01": "PASS"})
-    apply_gate(passed, kubeconfig=kubeconfig, now=NOW)
+    judged, certs = gate_args(passed)
+    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW)
     stored = apiserver.nodes["gpu-a01"]
     assert "unschedulable" not in stored["spec"]
     assert UNCERT not in stored["spec"]["taints"]

@@ -16,7 +16,7 @@ import pytest
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.k8s import apply_gate
 
-from .conftest import EXPIRES, NOW, Reports, finding
+from .conftest import EXPIRES, NOW, Reports, finding, gate_args
 from .fake_apiserver import TOKEN, FakeApiServer, node
 
 if importlib.util.find_spec("kubernetes") is None:
@@ -38,7 +38,8 @@ FAILED, CORDONED_BY = "gpuboot.io/failed-rules", "gpuboot.io/cordoned-by"
 
 
 def gate(report: dict[str, Any], kubeconfig: str, **kw: Any):
-    return apply_gate(report, kubeconfig=kubeconfig, now=kw.pop("now", NOW), **kw)
+    run, certs = gate_args(report)
+    return apply_gate(run, certificates=certs, kubeconfig=kubeconfig, now=kw.pop("now", NOW), **kw)
 
 
 def cert_labels(report: dict[str, Any], host: str) -> dict[str, str]:

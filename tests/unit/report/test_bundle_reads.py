@@ -64,8 +64,7 @@ def test_a_fifo_as_meta_json_never_blocks_the_gate(tmp_path):
     bundle = tmp_path / "bundle"
     (bundle / "node1").mkdir(parents=True)
     os.mkfifo(bundle / "node1" / "meta.json")
-    report = {"bundle": str(bundle)}
-    assert _returns_within(lambda: stack_of(report, {"host": "node1"}, None)) is None
+    assert _returns_within(lambda: stack_of(bundle, "node1", None)) is None
     assert _returns_within(lambda: certificate._meta(bundle / "node1")) == {}
 
 
@@ -74,7 +73,7 @@ def test_the_gate_reads_the_stack_from_a_plain_meta_json(tmp_path):
     (bundle / "node1").mkdir(parents=True)
     meta = {"pins": {"gpuboot_stack": "lts-550-cuda12.4"}}
     (bundle / "node1" / "meta.json").write_text(json.dumps(meta))
-    assert stack_of({"bundle": str(bundle)}, {"host": "node1"}, None) == "lts-550-cuda12.4"
+    assert stack_of(bundle, "node1", None) == "lts-550-cuda12.4"
 
 
 def test_the_fingerprint_reads_no_link_of_a_host_directory(tmp_path):

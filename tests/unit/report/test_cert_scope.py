@@ -18,6 +18,7 @@ from gpuboot.errors import BadInput
 from gpuboot.k8s.decision import decide
 from gpuboot.profiles import PROFILE_DIR
 from gpuboot.report import certificate
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 from .sample import make_bundle, write_manifest
@@ -115,25 +116,33 @@ def _gate_report(tmp_path: Path, key: Path, node: dict[str, Any]) -> dict[str, A
     return {"bundle": str(bundle), "reports": {f"certificate:{node['host']}": str(path)}}
 
 
+def _gated(report: dict[str, Any]) -> dict[str, Any]:
+    """decide()'s node, bundle and certificate of a one-node report."""
+    (node,) = RunReport.from_dict(report).nodes
+    path = report["reports"][f"certificate:{node.host}"]
+    return {"node": node, "bundle": Path(report["bundle"]), "certificate": path}
+
+
 def test_join_gate_refuses_a_partial_certificate_by_default(tmp_path, key):
     node = single_node_run()
     report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
-    target = decide(report, node, allow_warn=False, now=NOW)
+    target = decide(**_gated(report), allow_warn=False, now=NOW)
     assert not target.certified and "partial" in (target.error or "")
     assert "BW-005" in target.error
-    allowed = decide(report, node, allow_warn=False, allow_partial=True, now=NOW)
+    allowed = decide(**_gated(report), allow_warn=False, allow_partial=True, now=NOW)
     assert allowed.certified and allowed.error is None
 
 
 def test_join_gate_accepts_a_full_certificate(tmp_path, key):
     node = node_report()
     report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
-    target = decide(report, node, allow_warn=False, now=NOW)
+    target = decide(**_gated(report), allow_warn=False, now=NOW)
     assert target.certified and target.error is None
 
 
 def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, key):
     pytest.importorskip("kubernetes")
+    from unit.k8s.conftest import gate_args
     from unit.k8s.fake_apiserver import FakeApiServer
     from unit.k8s.fake_apiserver import node as api_node
 
@@ -146,10 +155,13 @@ def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, 
     try:
         server.add(api_node("gpu-a01", taints=[dict(taint)]))
         kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
-        (refused,) = apply_gate(report, kubeconfig=kubeconfig, now=NOW)
+        run, certs = gate_args(report)
+        (refused,) = apply_gate(run, certificates=certs, kubeconfig=kubeconfig, now=NOW)
         assert "partial" in (refused.error or "")
         assert taint in server.nodes["gpu-a01"]["spec"]["taints"]
-        (allowed,) = apply_gate(report, kubeconfig=kubeconfig, now=NOW, allow_partial=True)
+        (allowed,) = apply_gate(
+            run, certificates=certs, kubeconfig=kubeconfig, now=NOW, allow_partial=True
+        )
         assert allowed.error is None
         assert taint not in server.nodes["gpu-a01"]["spec"]["taints"]
     finally:

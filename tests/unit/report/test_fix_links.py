@@ -7,6 +7,7 @@ import json
 
 from gpuboot import cli, ids
 from gpuboot.report import html, junit
+from gpuboot.results import RunReport
 
 from .sample import make_bundle
 
@@ -47,8 +48,10 @@ def test_evaluate_text_says_how_to_remediate(tmp_path, capsys):
 def _report() -> dict:
     finding = {"rule": "STK-002", "title": "pinned", "status": "FAIL", "reason": "not held: x"}
     return ids.link_report(
-        {"run_id": "r1", "nodes": [{"host": "n1", "verdict": "FAIL", "findings": [finding]}]}
-    )
+        RunReport.from_dict(
+            {"run_id": "r1", "nodes": [{"host": "n1", "verdict": "FAIL", "findings": [finding]}]}
+        )
+    ).to_dict()
 
 
 def test_html_and_junit_show_the_remediation():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuboot.report import prometheus
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 from .fleet import FIGURES, fleet_report, scan_report
@@ -178,8 +179,8 @@ def test_cli_scan_under_limit_keeps_the_other_nodes_in_the_textfile(tmp_path, mo
     def fake_scan(_inventory, *, limit=None, **_kw):  # the hosts judged: no ssh here
         report = next(runs)
         assert [n["host"] for n in report["nodes"]] == (["node1"] if limit else ["node1", "node2"])
-        report = {**report, "run_dir": str(tmp_path / "run"), "history": str(tmp_path / "h")}
-        return scan.ScanResult(report, scan.History())
+        report = {**report, "run_dir": str(tmp_path / "run")}
+        return scan.ScanResult(RunReport.from_dict(report), scan.History(), tmp_path / "h")
 
     monkeypatch.setattr(scan, "scan", fake_scan)
     argv = ["scan", "-q", "-i", str(inventory), "--textfile-dir", str(textfiles)]

@@ -9,6 +9,7 @@ from gpuboot.calibrate import calibrate
 from gpuboot.checks import base, rules, stack_rules
 from gpuboot.cli.render import verdict_text
 from gpuboot.report import certificate, html, junit, prometheus
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 
@@ -56,7 +57,7 @@ def test_verdict_ignores_skipped_but_nothing_checked_is_not_pass():
 
 
 def test_cli_text_counts_passed_and_skipped():
-    text = verdict_text(_mixed())
+    text = verdict_text(RunReport.from_dict(_mixed()))
     assert "2 passed, 1 skipped" in text
     assert "checks passed" not in text
     assert "SKIPPED BW-001" in text and SKIP_REASON in text
@@ -64,7 +65,7 @@ def test_cli_text_counts_passed_and_skipped():
 
 def test_cli_text_names_a_node_where_nothing_was_checked():
     report = _report([_finding("BW-001", "SKIPPED", SKIP_REASON)], verdict="ERROR")
-    assert "nothing was checked: 1 check(s) skipped" in verdict_text(report)
+    assert "nothing was checked: 1 check(s) skipped" in verdict_text(RunReport.from_dict(report))
 
 
 def test_junit_skipped_element_with_reason():
@@ -111,7 +112,11 @@ def test_calibration_counts_a_skipped_state_check_as_healthy():
         }
         for h, v in (("a", 50.0), ("b", 51.0), ("c", 52.0))
     ]
-    assert calibrate({"nodes": nodes}, min_nodes=3)["healthy_nodes"] == ["a", "b", "c"]
+    assert calibrate(RunReport.from_dict({"nodes": nodes}), min_nodes=3)["healthy_nodes"] == [
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_the_same_skip_on_many_nodes_is_one_line():
@@ -119,7 +124,7 @@ def test_the_same_skip_on_many_nodes_is_one_line():
 
     node = _report([_finding("GPU-001"), _finding("BW-001", "SKIPPED", SKIP_REASON)])["nodes"][0]
     nodes = [{**node, "host": f"node{i}"} for i in range(300)]
-    text = verdict_text({"nodes": nodes})
+    text = verdict_text(RunReport.from_dict({"nodes": nodes}))
     assert text.count("SKIPPED BW-001") == 1
     assert "(300 nodes)" in text
     assert len(text.splitlines()) < 310  # header, one row per node, the grouped skip

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gpuboot import certify, cli
 from gpuboot.report import trend
+from gpuboot.results import RunReport
 
 
 def _rec(time, host, failing, figures=None):
@@ -74,7 +75,7 @@ def test_every_scan_writes_the_trend_page_beside_its_report(tmp_path, monkeypatc
                "action": "a", "severity": "FAIL"}  # fmt: skip
     node = {"host": "n1", "verdict": "FAIL", "findings": [finding], "measurements": []}
     report = {"run_id": "r", "run_dir": str(tmp_path / "run"), "nodes": [node]}
-    monkeypatch.setattr(certify, "certify", lambda *_a, **_k: json.loads(json.dumps(report)))
+    monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(report))
     cli.main(["scan", "-i", str(inv), "--json", "--history", str(tmp_path / "h.jsonl")])
     doc = json.loads(capsys.readouterr().out)
     page = Path(doc["reports"]["trend"]).read_text()
