@@ -23,6 +23,7 @@ from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import MIG_LGI_FILE, PRECONDITIONS_FILE
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext, probes_matching
+from gpuboot.checks.imex_rules import IMEX_ACTIVE
 from gpuboot.profiles import load_profile
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
@@ -42,6 +43,7 @@ PINS = {
     "cuda_toolkit_packages": ["cuda-toolkit-12-4=12.4.1-1"],
     "dcgm_packages": ["datacenter-gpu-manager=1:3.3.9"],
     "nvidia_mig_layout": [[]] * 8,  # MIG managed, off on every GPU: MIG-001 is judged
+    "nvidia_imex_enabled": True,  # IMEX managed, running at the driver's version: IMX-001 judged
     # the real capture is a 200G rail; judge it against its own line rate
     "gpuboot_thresholds": {"ib_write_bw": {"expected": 197.0}},
 }
@@ -70,7 +72,15 @@ def healthy(tmp_path_factory):
     assert not ev[PRECONDITIONS_FILE].stdout.strip(), ev[PRECONDITIONS_FILE].stdout
     ev.update(
         {
-            "dpkg-query_-W.txt": _capture("dpkg/dpkg-query_-W.converged.txt"),
+            # the lab node's real list, with the IMEX package the lab repository serves
+            "dpkg-query_-W.txt": ProbeOutput(
+                _capture("dpkg/dpkg-query_-W.converged.txt").stdout
+                + "nvidia-imex-550\t550.54.15-1\thi \n",
+                "",
+                0,
+            ),
+            # collected where IMEX is managed; the emulated node runs no systemd
+            IMEX_ACTIVE: ProbeOutput("active\n", "", 0),
             "apt-mark_showhold.txt": _capture("dpkg/apt-mark_showhold.converged.txt"),
             "apt-config_dump_Unattended-Upgrade.txt": _capture(
                 "dpkg/apt-config_dump_Unattended-Upgrade.converged.txt"
