@@ -172,8 +172,8 @@ def all_pass(nodes: tuple[NodeReport, ...]) -> bool:
 class RunReport:
     """A certify (or scan) run: the JSON `gpuboot certify` prints and keeps as report.json."""
 
-    run_id: str
-    run_dir: Path
+    run_id: str | None  # None: a report read back that names no run
+    run_dir: Path | None
     bundle: Path | None
     elapsed_s: float | None
     probes: str | None  # the run's override of each host's gpuboot_probes, if any
@@ -186,7 +186,7 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
-            "run_dir": str(self.run_dir),
+            "run_dir": str(self.run_dir) if self.run_dir is not None else None,
             "bundle": str(self.bundle) if self.bundle is not None else None,
             "elapsed_s": self.elapsed_s,
             "passed": self.passed,
@@ -201,8 +201,8 @@ class RunReport:
         if not isinstance(nodes, list):
             raise ValueError("not a certify report: no list of nodes")
         return cls(
-            run_id=str(doc.get("run_id") or ""),
-            run_dir=Path(str(doc.get("run_dir") or "")),
+            run_id=doc.get("run_id"),
+            run_dir=Path(str(doc["run_dir"])) if doc.get("run_dir") else None,
             bundle=Path(str(doc["bundle"])) if doc.get("bundle") else None,
             elapsed_s=doc.get("elapsed_s"),
             probes=doc.get("probes"),

@@ -101,7 +101,7 @@ def _certify_inventory(args, inv) -> Outcome:
         )
     report = link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
     written = write_reports(
-        report.to_dict(),  # the writers still read the JSON form
+        report,
         report.run_dir / "reports",
         key_path=Path(args.sign_key) if args.sign_key else None,
         validity_days=args.cert_validity_days,

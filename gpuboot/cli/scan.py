@@ -79,7 +79,7 @@ def _scan_inventory(args, inv) -> Outcome:
     result = replace(result, report=link_report(result.report))
     report = result.report
     written = write_reports(
-        report.to_dict(),  # the writers still read the JSON form
+        report,
         report.run_dir / "reports",
         key_path=None,
         kind=prometheus.SCAN,
@@ -95,7 +95,7 @@ def _scan_inventory(args, inv) -> Outcome:
     if args.textfile_dir:  # node_exporter's textfile collector reads every *.prom there
         # merged: under --limit the other nodes' series (and their alerts) stay
         prom, warning = prometheus.write_merged(
-            report.to_dict(), Path(args.textfile_dir) / "gpuboot-scan.prom"
+            report, Path(args.textfile_dir) / "gpuboot-scan.prom"
         )
         run.written["textfile"] = prom
     code = result.exit_code()  # new drift, not judged, still failing (gpuboot/scan.py)

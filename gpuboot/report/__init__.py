@@ -1,14 +1,18 @@
 """Outputs of a certify run: signed certificates, JUnit XML, HTML report, Prometheus textfile.
 
-Pure functions of the report dict ``gpuboot.certify.certify`` returns (plus the evidence
-bundle it names, for certificates); no host is contacted.
+Pure functions of the typed report ``gpuboot.certify.certify`` returns
+(gpuboot.results.RunReport, plus the evidence bundle it names, for certificates); no host is
+contacted.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuboot.results import RunReport
 
 HTML_NAME = "report.html"
 JUNIT_NAME = "junit.xml"
@@ -17,7 +21,7 @@ CERT_DIR = "certificates"
 
 
 def write_reports(
-    report: dict[str, Any],
+    report: RunReport,
     out_dir: Path,
     *,
     key_path: Path | None,
@@ -43,19 +47,19 @@ def write_reports(
     paths: dict[str, Path] = {}
     certs: dict[str, dict[str, Any]] = {}
     if key_path is not None:
-        for node in report.get("nodes", []):
+        for node in report.nodes:
             if certificate.eligible(node, allow_warn=allow_warn):
                 cert = certificate.issue(
                     node,
-                    report["bundle"],
+                    report.bundle,
                     key_path,
                     validity_days=validity_days,
                     allow_warn=allow_warn,
                     now=now,
                 )
-                certs[node["host"]] = cert
-                paths[f"certificate:{node['host']}"] = certificate.write(
-                    cert, out_dir / CERT_DIR / f"{node['host']}.json"
+                certs[node.host] = cert
+                paths[f"certificate:{node.host}"] = certificate.write(
+                    cert, out_dir / CERT_DIR / f"{node.host}.json"
                 )
     paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now)
     paths["junit"] = junit.write(report, out_dir / JUNIT_NAME)

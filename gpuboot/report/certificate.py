@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from gpuboot import __version__
 from gpuboot.bundle.names import META, is_safe_name
 from gpuboot.bundle.store import parse_meta, read_file_capped
+from gpuboot.checks.base import Finding
 from gpuboot.checks.rules import RULES
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.report._util import (
@@ -49,6 +50,7 @@ from gpuboot.report._util import (
     utc_now,
 )
 from gpuboot.report.fingerprint import differences, host_fingerprint, identity
+from gpuboot.results import NodeReport
 
 SCHEMA = "gpuboot.certificate/v2"  # v2: probe level, scope, required/missing checks
 ALGORITHM = "Ed25519"
@@ -175,9 +177,9 @@ def load_public_key(path: Path | str) -> Ed25519PublicKey:
 # ------------------------------------------------------------------ issuing
 
 
-def eligible(node_report: dict[str, Any], *, allow_warn: bool = False) -> bool:
+def eligible(node_report: NodeReport, *, allow_warn: bool = False) -> bool:
     """Only PASS nodes (and WARN ones when the policy allows) are ever certified."""
-    return node_report.get("verdict") == PASS or (allow_warn and node_report.get("verdict") == WARN)
+    return node_report.verdict == PASS or (allow_warn and node_report.verdict == WARN)
 
 
 def _evidence(bundle: Path, host: str) -> dict[str, Any]:
@@ -266,7 +268,7 @@ def required_checks(profile: dict[str, Any] | None) -> list[str]:
 
 
 def scope(
-    findings: list[dict[str, Any]], level: Any, required: list[str]
+    findings: list[Finding], level: Any, required: list[str]
 ) -> tuple[str, list[dict[str, str]]]:
     """(full|partial, what is missing): the probe level, each catalogue rule not judged,
     each required probe not measured within its band (skipped, or not run at all)."""
@@ -279,13 +281,13 @@ def scope(
                 f"a full certificate needs {' or '.join(FULL_PROBE_LEVELS)}",
             }
         )
-    by_rule = {str(f.get("rule")): f for f in findings}
+    by_rule = {f.rule: f for f in findings}
     for rule_id in sorted(r.id for r in RULES):
         f = by_rule.get(rule_id)
         if f is None:
             missing.append({"check": rule_id, "reason": "not evaluated in this run"})
-        elif rule_id in required and f.get("status") not in (PASS, WARN):
-            missing.append({"check": rule_id, "reason": f"{f.get('status')}: {f.get('reason')}"})
+        elif rule_id in required and f.status not in (PASS, WARN):
+            missing.append({"check": rule_id, "reason": f"{f.status}: {f.reason}"})
     return (PARTIAL if missing else FULL), missing
 
 
@@ -301,7 +303,7 @@ def partial(cert: dict[str, Any]) -> str | None:
 
 
 def issue(
-    node_report: dict[str, Any],
+    node_report: NodeReport,
     bundle_dir: Path | str,
     key_path: Path | str,
     *,
@@ -311,8 +313,8 @@ def issue(
 ) -> dict[str, Any]:
     """A signed certificate for one node of a certify report: full, or partial when the
     run proved less than the SKU requires (it says what is missing)."""
-    host = node_report.get("host")
-    if not isinstance(host, str) or not _SAFE_HOST.match(host):
+    host = node_report.host
+    if not _SAFE_HOST.match(host):
         # the host names a bundle directory and the certificate file: no path tricks
         raise BadInput(
             f"cannot certify host {host!r}: not a plain host name",
@@ -320,7 +322,7 @@ def issue(
         )
     if not eligible(node_report, allow_warn=allow_warn):
         raise BadInput(
-            f"{host} has verdict {node_report.get('verdict')}: no certificate is issued",
+            f"{host} has verdict {node_report.verdict}: no certificate is issued",
             hint="only PASS nodes (WARN with the allow-warn policy) are certified",
         )
     check_validity_days(validity_days)
@@ -330,23 +332,24 @@ def issue(
     meta = _meta(bundle / host)
     profile = _profile_name(meta)
     required = required_checks(_sku(bundle / host, profile, evidence["host_files"]))
-    findings = sorted(node_report.get("findings", []), key=lambda f: str(f.get("rule")))
+    findings = sorted(node_report.findings, key=lambda f: f.rule)
     level = meta.get("probes")
     extent, missing = scope(findings, level, required)
     issued = (now or utc_now()).replace(microsecond=0)
     cert: dict[str, Any] = {
         "schema": SCHEMA,
         "host": host,
-        "verdict": node_report["verdict"],
+        "verdict": node_report.verdict,
         "profile": profile,
         "probes": level if isinstance(level, str) else None,
         "scope": extent,
         "required": required,
         "missing": missing,
-        "rules": [{k: f.get(k) for k in ("rule", "title", "status", "reason")} for f in findings],
+        "rules": [
+            {k: getattr(f, k) for k in ("rule", "title", "status", "reason")} for f in findings
+        ],
         "measurements": [
-            {k: m[k] for k in _MEASUREMENT_KEYS if k in m}
-            for m in node_report.get("measurements") or []
+            {k: m[k] for k in _MEASUREMENT_KEYS if k in m} for m in node_report.measurements
         ],
         "fingerprint": host_fingerprint(bundle / host),
         "evidence": evidence,

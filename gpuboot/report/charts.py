@@ -23,6 +23,7 @@ from gpuboot.report._util import (
     is_number,
     measurement_status,
 )
+from gpuboot.results import NodeReport
 
 WIDTH = 1120
 LABEL_W = 200  # host names
@@ -169,7 +170,7 @@ def bar_chart(name: str, unit: str | None, rows: list[tuple[str, dict[str, Any]]
 
 
 def chart_groups(
-    nodes: list[dict[str, Any]],
+    nodes: tuple[NodeReport, ...],
 ) -> list[tuple[str, str | None, list[tuple[str, dict[str, Any]]]]]:
     """(name, unit, rows) per measured quantity, in first-seen order; rows sorted by value
     (lowest first, not measured last). A node with no figure for a quantity others have
@@ -177,19 +178,19 @@ def chart_groups(
     that could not be measured is marked, never silently left out."""
     groups: dict[tuple[str, str | None], list[tuple[str, dict[str, Any]]]] = {}
     for node in nodes:
-        for m in node.get("measurements") or []:
+        for m in node.measurements:
             key = (str(m.get("name")), m.get("unit"))
-            groups.setdefault(key, []).append((str(node.get("host", "?")), m))
+            groups.setdefault(key, []).append((node.host, m))
     out = []
     for (name, unit), rows in groups.items():
         have = {h for h, _m in rows}
         rule = next((m.get("rule") for _h, m in rows if m.get("rule")), None)
         for node in nodes:
-            host = str(node.get("host", "?"))
+            host = node.host
             if host in have:
                 continue
-            f = next((f for f in node.get("findings", []) if f.get("rule") == rule), None)
-            why = f"{f.get('status')}: {f.get('reason')}" if f else "no result"
+            f = next((f for f in node.findings if f.rule == rule), None)
+            why = f"{f.status}: {f.reason}" if f else "no result"
             rows.append((host, {"name": name, "unit": unit, "value": None, "rule": rule,
                                 "missing": why}))  # fmt: skip
         rows.sort(key=lambda r: (not is_number(r[1].get("value")), r[1].get("value") or 0,

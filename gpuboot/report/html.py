@@ -36,6 +36,7 @@ from gpuboot.report.charts import (
     distribution_chart,
     outliers,
 )
+from gpuboot.results import NodeReport, RunReport
 
 ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3, SKIPPED: 4}
 BAR_ROWS_MAX = 24  # up to this many nodes a chart has a bar per node; beyond, a distribution
@@ -128,24 +129,20 @@ def badge(status: str) -> str:
     return f'<span class="badge s-{status}">{SYMBOL[status]} {status}</span>'
 
 
-def _by_verdict(n: dict[str, Any]) -> tuple[Any, ...]:
+def _by_verdict(n: NodeReport) -> tuple[Any, ...]:
     """Failures first, then natural host order (node2 before node10)."""
-    return (ORDER.get(n.get("verdict"), 1), host_key(n.get("host")))
+    return (ORDER.get(n.verdict, 1), host_key(n.host))
 
 
-def _covered(node: dict[str, Any]) -> set[str]:
+def _covered(node: NodeReport) -> set[str]:
     """Rules with a finding not passed: a measurement of such a rule is already told by
     the finding's reason, and is not listed again."""
-    return {
-        str(f.get("rule"))
-        for f in node.get("findings", [])
-        if f.get("status") in (FAIL, ERROR, WARN)
-    }
+    return {f.rule for f in node.findings if f.status in (FAIL, ERROR, WARN)}
 
 
-def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any]) -> str:
-    nodes = report.get("nodes", [])
-    counts = {s: sum(1 for n in nodes if n.get("verdict") == s) for s in STATUSES}
+def _header(report: RunReport, now: datetime, certificates: dict[str, Any]) -> str:
+    nodes = report.nodes
+    counts = {s: sum(1 for n in nodes if n.verdict == s) for s in STATUSES}
     overall = (
         PASS
         if nodes and counts[PASS] == len(nodes)
@@ -153,11 +150,12 @@ def _header(report: dict[str, Any], now: datetime, certificates: dict[str, Any])
         if counts[FAIL]
         else (ERROR if counts[ERROR] else WARN if counts[WARN] else PASS)
     )
-    elapsed = report.get("elapsed_s")
-    meta = [f"run <code>{_e(report.get('run_id', 'n/a'))}</code>", f"generated {iso(now)}"]
+    elapsed = report.elapsed_s
+    run_id = report.run_id if report.run_id is not None else "n/a"
+    meta = [f"run <code>{_e(run_id)}</code>", f"generated {iso(now)}"]
     if elapsed is not None:
         meta.append(f"took {_e(elapsed)} s")
-    bundle = f"evidence bundle <code>{_e(report['bundle'])}</code>" if report.get("bundle") else ""
+    bundle = f"evidence bundle <code>{_e(report.bundle)}</code>" if report.bundle else ""
     cards = "".join(
         f'<div class="card s-{s}"><div class="n">{counts[s]}</div>'
         f'<div><b>{SYMBOL[s]} {s}</b></div><div class="what">{MEANING[s]}</div></div>'
@@ -199,27 +197,25 @@ def _cert_text(cert: dict[str, Any] | None) -> str:
     return f'<span class="s-WARN">partial</span> {until}: {_e(gap)}' if gap else until
 
 
-def _row(n: dict[str, Any], certificates: dict[str, Any]) -> str:
-    findings = n.get("findings", [])
-    measurements = n.get("measurements") or []
-    bad = [f.get("rule") for f in findings if f.get("status") in BAD]
+def _row(n: NodeReport, certificates: dict[str, Any]) -> str:
+    bad = [f.rule for f in n.findings if f.status in BAD]
     return (
-        f'<tr><td class="host">{_e(n.get("host"))}</td><td>{badge(str(n.get("verdict")))}</td>'
-        f"<td>{_counts([str(f.get('status')) for f in findings])}</td>"
-        f"<td>{_counts([measurement_status(m) for m in measurements])}</td>"
-        f'<td class="mono">{_e(", ".join(map(str, bad))) or "<span class=none>—</span>"}</td>'
-        f"<td>{_cert_text(certificates.get(n.get('host')))}</td></tr>"
+        f'<tr><td class="host">{_e(n.host)}</td><td>{badge(n.verdict)}</td>'
+        f"<td>{_counts([f.status for f in n.findings])}</td>"
+        f"<td>{_counts([measurement_status(m) for m in n.measurements])}</td>"
+        f'<td class="mono">{_e(", ".join(bad)) or "<span class=none>—</span>"}</td>'
+        f"<td>{_cert_text(certificates.get(n.host))}</td></tr>"
     )
 
 
-def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
+def _table(nodes: tuple[NodeReport, ...], certificates: dict[str, Any]) -> str:
     head = (
         "<table><thead><tr><th>Host</th><th>Verdict</th><th>Rules</th><th>Measurements</th>"
         "<th>Rules not passed</th><th>Certificate</th></tr></thead><tbody>"
     )
     ordered = sorted(nodes, key=_by_verdict)
-    bad = [n for n in ordered if n.get("verdict") != PASS]
-    good = [n for n in ordered if n.get("verdict") == PASS]
+    bad = [n for n in ordered if n.verdict != PASS]
+    good = [n for n in ordered if n.verdict == PASS]
     out = "<h2>Verdict per node</h2>"
     if bad:
         out += head + "".join(_row(n, certificates) for n in bad) + "</tbody></table>"
@@ -232,19 +228,18 @@ def _table(nodes: list[dict[str, Any]], certificates: dict[str, Any]) -> str:
     return out
 
 
-def _groups(nodes: list[dict[str, Any]]) -> list[tuple[str, str, str, list[str]]]:
+def _groups(nodes: tuple[NodeReport, ...]) -> list[tuple[str, str, str, list[str]]]:
     """(status, what, title, hosts) for every problem, grouped across nodes: a rule not
     passed, a measurement out of its band that no finding tells, figures not measured."""
     groups: dict[tuple[str, str, str], list[str]] = {}
     for n in nodes:
-        host = str(n.get("host"))
+        host = n.host
         covered = _covered(n)
-        for f in n.get("findings", []):
-            if f.get("status") in BAD:
-                key = (str(f.get("status")), str(f.get("rule")), str(f.get("title", "")))
-                groups.setdefault(key, []).append(host)
+        for f in n.findings:
+            if f.status in BAD:
+                groups.setdefault((f.status, f.rule, f.title), []).append(host)
         unmeasured = []
-        for m in n.get("measurements") or []:
+        for m in n.measurements:
             if m.get("rule") in covered:
                 continue
             status = measurement_status(m)
@@ -255,7 +250,7 @@ def _groups(nodes: list[dict[str, Any]]) -> list[tuple[str, str, str, list[str]]
                 groups.setdefault((status, "measurement", title), []).append(host)
         if unmeasured:
             groups.setdefault((ERROR, "not measured", ", ".join(unmeasured)), []).append(host)
-        verdict = str(n.get("verdict"))
+        verdict = n.verdict
         if verdict != PASS and not any(host in hosts for hosts in groups.values()):
             # e.g. every check SKIPPED: an ERROR no single rule explains, still on the list
             title = "no failing check explains it (did any check run?)"
@@ -271,7 +266,7 @@ def _groups(nodes: list[dict[str, Any]]) -> list[tuple[str, str, str, list[str]]
     )
 
 
-def _summary(nodes: list[dict[str, Any]]) -> str:
+def _summary(nodes: tuple[NodeReport, ...]) -> str:
     groups = _groups(nodes)
     if not groups:
         return '<h2>Summary</h2><p class="none">No failures, warnings or errors.</p>'
@@ -302,27 +297,17 @@ def _finding(
     )
 
 
-def _failures(nodes: list[dict[str, Any]]) -> str:
+def _failures(nodes: tuple[NodeReport, ...]) -> str:
     cards = []
     for n in sorted(nodes, key=_by_verdict):
         items = []
         covered = _covered(n)
-        findings = [f for f in n.get("findings", []) if f.get("status") not in (PASS, SKIPPED)]
-        for f in sorted(
-            findings, key=lambda f: (ORDER.get(f.get("status"), 1), str(f.get("rule")))
-        ):
-            items.append(
-                _finding(
-                    str(f.get("status")),
-                    str(f.get("rule")),
-                    str(f.get("title", "")),
-                    str(f.get("reason", "")),
-                    f.get("action"),
-                    f.get("remediate"),
-                )
-            )
+        findings = [f for f in n.findings if f.status not in (PASS, SKIPPED)]
+        for f in sorted(findings, key=lambda f: (ORDER.get(f.status, 1), f.rule)):
+            fix = n.remedy(f).get("remediate")
+            items.append(_finding(f.status, f.rule, f.title, f.reason, f.action, fix))
         missing = []
-        for m in n.get("measurements") or []:
+        for m in n.measurements:
             if m.get("rule") in covered:  # its finding above says it: listed once
                 continue
             status = measurement_status(m)
@@ -340,7 +325,7 @@ def _failures(nodes: list[dict[str, Any]]) -> str:
             items.append(_finding(ERROR, "measurement", "not measured", "; ".join(missing), None))
         if items:
             cards.append(
-                f'<section class="node"><h3>{_e(n.get("host"))}{badge(str(n.get("verdict")))}</h3>'
+                f'<section class="node"><h3>{_e(n.host)}{badge(n.verdict)}</h3>'
                 f"{''.join(items)}</section>"
             )
     body = "".join(cards) or '<p class="none">No failures, warnings or errors.</p>'
@@ -366,7 +351,7 @@ def _bands_note(rows: list[tuple[str, dict[str, Any]]], unit: str | None) -> str
     return " · ".join(parts)
 
 
-def _charts(nodes: list[dict[str, Any]]) -> str:
+def _charts(nodes: tuple[NodeReport, ...]) -> str:
     groups = chart_groups(nodes)
     if not groups:
         return ""
@@ -409,16 +394,16 @@ def _named(rows: list[tuple[str, dict[str, Any]]], unit: str | None) -> str:
     return text
 
 
-def _all_checks(nodes: list[dict[str, Any]]) -> str:
+def _all_checks(nodes: tuple[NodeReport, ...]) -> str:
     parts = []
-    for n in sorted(nodes, key=lambda n: host_key(n.get("host"))):
+    for n in sorted(nodes, key=lambda n: host_key(n.host)):
         rows = "".join(
-            f'<tr><td class="mono">{_e(f.get("rule"))}</td><td>{badge(str(f.get("status")))}</td>'
-            f'<td>{_e(f.get("title"))}</td><td class="reason">{_e(f.get("reason"))}</td></tr>'
-            for f in n.get("findings", [])
+            f'<tr><td class="mono">{_e(f.rule)}</td><td>{badge(f.status)}</td>'
+            f'<td>{_e(f.title)}</td><td class="reason">{_e(f.reason)}</td></tr>'
+            for f in n.findings
         )
         parts.append(
-            f"<details><summary>{_e(n.get('host'))}: {len(n.get('findings', []))} checks"
+            f"<details><summary>{_e(n.host)}: {len(n.findings)} checks"
             f"</summary><table><thead><tr><th>Rule</th><th>Status</th><th>Check</th>"
             f"<th>Reason</th></tr></thead><tbody>{rows}</tbody></table></details>"
         )
@@ -426,13 +411,13 @@ def _all_checks(nodes: list[dict[str, Any]]) -> str:
 
 
 def render(
-    report: dict[str, Any],
+    report: RunReport,
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
 ) -> str:
     certificates = certificates or {}
-    nodes = report.get("nodes", [])
+    nodes = report.nodes
     body = (
         _header(report, now or utc_now(), certificates)
         + _summary(nodes)
@@ -445,7 +430,7 @@ def render(
         + f" · {SKIPPED}: {SKIPPED_MEANING}"
         + "</footer>"
     )
-    title = f"gpuboot certification {report.get('run_id', '')}".strip()
+    title = f"gpuboot certification {report.run_id or ''}".strip()
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -455,7 +440,7 @@ def render(
 
 
 def write(
-    report: dict[str, Any],
+    report: RunReport,
     path: Path | str,
     certificates: dict[str, dict[str, Any]] | None = None,
     *,

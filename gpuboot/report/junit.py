@@ -22,6 +22,7 @@ from gpuboot.report._util import (
     measurement_status,
     xml_safe,
 )
+from gpuboot.results import RunReport
 
 
 def _case(suite: ET.Element, host: str, name: str, status: str, message: str, detail: str) -> None:
@@ -64,25 +65,24 @@ def _measurement_text(m: dict[str, Any]) -> tuple[str, str]:
     return message, "\n".join([message, *extra])
 
 
-def build(report: dict[str, Any]) -> ET.Element:
-    root = ET.Element("testsuites", name=xml_safe(f"gpuboot certify {report.get('run_id', '')}"))
+def build(report: RunReport) -> ET.Element:
+    root = ET.Element("testsuites", name=xml_safe(f"gpuboot certify {report.run_id or ''}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for node in report.get("nodes", []):
-        host = str(node.get("host", "?"))
+    for node in report.nodes:
+        host = node.host
         suite = ET.SubElement(root, "testsuite", name=xml_safe(host), hostname=xml_safe(host))
         props = ET.SubElement(suite, "properties")
-        ET.SubElement(props, "property", name="verdict", value=xml_safe(node.get("verdict")))
+        ET.SubElement(props, "property", name="verdict", value=xml_safe(node.verdict))
         counts = {FAIL: 0, ERROR: 0, SKIPPED: 0}
         n = 0
-        for f in node.get("findings", []):
-            status = str(f.get("status"))
-            reason = str(f.get("reason", ""))
-            detail = reason + (f"\naction: {f['action']}" if f.get("action") else "")
-            detail += f"\nremediate: {f['remediate']}" if f.get("remediate") else ""
-            _case(suite, host, f"{f.get('rule')} {f.get('title')}", status, reason, detail)
-            counts[status] = counts.get(status, 0) + 1
+        for f in node.findings:
+            detail = f.reason + (f"\naction: {f.action}" if f.action else "")
+            fix = node.remedy(f).get("remediate")
+            detail += f"\nremediate: {fix}" if fix else ""
+            _case(suite, host, f"{f.rule} {f.title}", f.status, f.reason, detail)
+            counts[f.status] = counts.get(f.status, 0) + 1
             n += 1
-        for m in node.get("measurements") or []:
+        for m in node.measurements:
             status = measurement_status(m)
             message, detail = _measurement_text(m)
             _case(suite, host, f"measurement {m.get('name')}", status, message, detail)
@@ -99,15 +99,15 @@ def build(report: dict[str, Any]) -> ET.Element:
         totals["skipped"] += counts[SKIPPED]
     for key, value in totals.items():
         root.set(key, str(value))
-    root.set("time", str(report.get("elapsed_s", 0)))
+    root.set("time", str(report.elapsed_s if report.elapsed_s is not None else 0))
     return root
 
 
-def render(report: dict[str, Any]) -> bytes:
+def render(report: RunReport) -> bytes:
     root = build(report)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def write(report: dict[str, Any], path: Path | str) -> Path:
+def write(report: RunReport, path: Path | str) -> Path:
     return atomic_write(Path(path), render(report))

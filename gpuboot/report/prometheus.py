@@ -35,6 +35,7 @@ from gpuboot.report._util import (
     utc_now,
 )
 from gpuboot.report.certificate import partial
+from gpuboot.results import NodeReport, RunReport
 
 CERTIFY, SCAN = "certify", "scan"
 KINDS = (CERTIFY, SCAN)
@@ -126,9 +127,9 @@ def _sample(name: str, labels: dict[str, Any], value: float | int) -> str:
 
 
 def _node_samples(
-    kind: str, node: dict[str, Any], cert: dict[str, Any], ts: int
+    kind: str, node: NodeReport, cert: dict[str, Any], ts: int
 ) -> dict[str, list[str]]:
-    p, host = f"gpuboot_{kind}", node.get("host", "")
+    p, host = f"gpuboot_{kind}", node.host
     out: dict[str, list[str]] = {}
 
     def add(suffix: str, labels: dict[str, Any], value: float | int) -> None:
@@ -139,16 +140,16 @@ def _node_samples(
     if kind == CERTIFY:
         add("node_certified", {}, int(cert.get("verdict") in (PASS, WARN) and not partial(cert)))
     for status in STATUSES:
-        add("node_verdict", {"verdict": status}, int(node.get("verdict") == status))
+        add("node_verdict", {"verdict": status}, int(node.verdict == status))
     seen: set[str] = set()
-    for f in node.get("findings", []):
-        if f.get("rule") in seen:  # one series per rule, whatever the input repeats
+    for f in node.findings:
+        if f.rule in seen:  # one series per rule, whatever the input repeats
             continue
-        seen.add(f.get("rule"))
+        seen.add(f.rule)
         for status in RULE_STATUSES:  # SKIPPED too: a check that did not run is no pass
-            add("rule_status", {"rule": f.get("rule"), "status": status}, f.get("status") == status)
+            add("rule_status", {"rule": f.rule, "status": status}, f.status == status)
     figures: set[str] = set()
-    for m in node.get("measurements") or []:
+    for m in node.measurements:
         # not measured = no sample, never a fake 0; an unknown unit has no SI name to go by
         unit = UNITS.get(m.get("unit") or "")
         if is_number(m.get("value")) and unit and m.get("name") not in figures:
@@ -159,21 +160,20 @@ def _node_samples(
             expiry = int(parse_iso(cert["expires_at"]).timestamp())
             add("certificate_expiry_timestamp_seconds", {}, expiry)
     if kind == SCAN:
-        drift = node.get("drift") or {}
         for change in DRIFT:
-            add("drift_rules", {"change": change}, len(drift.get(change) or []))
+            add("drift_rules", {"change": change}, len(getattr(node.drift, change, ())))
         add("last_scan_timestamp_seconds", {}, ts)
-        add("escalated_faults", {}, len(node.get("escalations") or []))
+        add("escalated_faults", {}, len(node.escalations or ()))
     return out
 
 
 def _samples(
-    kind: str, report: dict[str, Any], certificates: dict[str, dict[str, Any]], now: datetime
+    kind: str, report: RunReport, certificates: dict[str, dict[str, Any]], now: datetime
 ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {name: [] for name, _ in families(kind)}
     ts = int(now.timestamp())
-    for node in report.get("nodes", []):
-        cert = certificates.get(node.get("host", "")) or {}
+    for node in report.nodes:
+        cert = certificates.get(node.host) or {}
         for name, lines in _node_samples(kind, node, cert, ts).items():
             out[name] += lines
     if kind == CERTIFY:
@@ -191,7 +191,7 @@ def _text(kind: str, samples: dict[str, list[str]]) -> str:
 
 
 def render(
-    report: dict[str, Any],
+    report: RunReport,
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
@@ -203,7 +203,7 @@ def render(
 
 
 def write(
-    report: dict[str, Any],
+    report: RunReport,
     path: Path | str,
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
@@ -253,7 +253,7 @@ def _previous(text: str, kind: str) -> dict[str, list[tuple[str, str]]]:
 
 
 def merge(
-    report: dict[str, Any],
+    report: RunReport,
     previous: Path | str,
     *,
     now: datetime | None = None,
@@ -263,7 +263,7 @@ def merge(
     (text, warning). An unreadable or foreign previous file is not merged: the text is
     this run's alone and the warning says why."""
     ours = _samples(kind, report, {}, now or utc_now())
-    hosts = {str(n.get("host", "")) for n in report.get("nodes", [])}
+    hosts = {n.host for n in report.nodes}
     previous = Path(previous)
     warning = None
     try:
@@ -282,7 +282,7 @@ def merge(
 
 
 def write_merged(
-    report: dict[str, Any],
+    report: RunReport,
     path: Path | str,
     *,
     now: datetime | None = None,

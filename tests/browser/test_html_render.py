@@ -16,6 +16,7 @@ import pytest
 from unit.report import sample  # the unit tests' sample reports (tests/ is on sys.path)
 
 from gpuboot.report import certificate, write_reports
+from gpuboot.results import RunReport
 
 from . import png
 
@@ -79,7 +80,9 @@ def test_report_renders_in_headless_chromium(tmp_path: Path):
     browser = _chromium()
     bundle = sample.make_bundle(tmp_path / "bundles", HOSTS)
     key = certificate.generate_key(tmp_path / "key.pem")
-    paths = write_reports(sample.sample_report(bundle), tmp_path / "out", key_path=key, now=NOW)
+    paths = write_reports(
+        RunReport.from_dict(sample.sample_report(bundle)), tmp_path / "out", key_path=key, now=NOW
+    )
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report-render.png"

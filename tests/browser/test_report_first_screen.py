@@ -16,6 +16,7 @@ import pytest
 from unit.report import fleet  # the unit tests' 300-node fleet (tests/ is on sys.path)
 
 from gpuboot.report import write_reports
+from gpuboot.results import RunReport
 
 from . import png
 from .test_html_render import ARTIFACTS, NOW, _chromium, _screenshot
@@ -72,7 +73,7 @@ def _first_screen(browser: str, page: Path, profile: Path) -> dict:
 def test_first_screen_of_a_300_node_report_shows_every_failure(tmp_path: Path):
     browser = _chromium()
     report = fleet.fleet_report()
-    paths = write_reports(report, tmp_path / "out", key_path=None, now=NOW)
+    paths = write_reports(RunReport.from_dict(report), tmp_path / "out", key_path=None, now=NOW)
 
     seen = _first_screen(browser, paths["html"], tmp_path / "profile")
     # --dump-dom lays the page out in the window less its frame: a shorter viewport than

@@ -125,7 +125,7 @@ def test_scan_turns_the_action_into_rma_in_report_textfile_and_labels(scans):
     assert node.recommended_action == "hardware inspection / RMA"
     assert node.findings[0].action.startswith("hardware inspection / RMA: Xid 79 on GPU")
     assert result.exit_code() == 1  # a new escalation is news to a scheduler
-    text = prometheus.render(result.report.to_dict(), kind=prometheus.SCAN)
+    text = prometheus.render(result.report, kind=prometheus.SCAN)
     assert 'gpuboot_scan_escalated_faults{host="n1"} 1' in text
     target = decide(node, bundle=None, certificate=None, allow_warn=False, now=datetime.now(UTC))
     assert target.labels[L.LABEL_ACTION] == "hardware-inspection-rma"

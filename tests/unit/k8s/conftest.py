@@ -15,7 +15,7 @@ import pytest
 from gpuboot.checks.rules import RULES
 from gpuboot.cli.gate import certificates
 from gpuboot.report import certificate
-from gpuboot.results import RunReport
+from gpuboot.results import NodeReport, RunReport
 
 from .fake_apiserver import FakeApiServer
 
@@ -93,7 +93,9 @@ class Reports:
         chosen = certify if certify is not None else [h for h, v in nodes.items() if v == "PASS"]
         for node in report["nodes"]:
             if node["host"] in chosen:
-                cert = certificate.issue(node, bundle, self.key, allow_warn=True, now=ISSUED)
+                cert = certificate.issue(
+                    NodeReport.from_dict(node), bundle, self.key, allow_warn=True, now=ISSUED
+                )
                 path = certificate.write(
                     cert, bundle.parent / f"{bundle.name}-certs" / f"{node['host']}.json"
                 )

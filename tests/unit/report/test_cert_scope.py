@@ -18,7 +18,7 @@ from gpuboot.errors import BadInput
 from gpuboot.k8s.decision import decide
 from gpuboot.profiles import PROFILE_DIR
 from gpuboot.report import certificate
-from gpuboot.results import RunReport
+from gpuboot.results import NodeReport, RunReport
 
 from .conftest import NOW
 from .sample import make_bundle, write_manifest
@@ -51,7 +51,7 @@ def pub(key: Path) -> Path:
 
 def test_full_certificate_records_probe_level_and_every_check(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")
-    cert = certificate.issue(node_report(), bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node_report()), bundle, key, now=NOW)
     assert (cert["scope"], cert["missing"], cert["probes"]) == ("full", [], "quick")
     assert [r["rule"] for r in cert["rules"]] == sorted(r.id for r in RULES)
     assert set(cert["required"]) == set(PROBE_RULES)  # the H100 SKU has every part
@@ -61,7 +61,7 @@ def test_full_certificate_records_probe_level_and_every_check(tmp_path, key):
 
 def test_single_node_run_without_pair_partner_is_partial(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")
-    cert = certificate.issue(single_node_run(), bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(single_node_run()), bundle, key, now=NOW)
     assert cert["scope"] == "partial"
     assert [m["check"] for m in cert["missing"]] == ["BW-005", "BW-006"]
     assert "no pair probe" in cert["missing"][0]["reason"]
@@ -77,7 +77,7 @@ def test_probes_none_is_partial_and_names_the_level(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"], level="none")
     skip = ("SKIPPED", "not applicable: probe level none: not run")
     node = node_report(**{r.replace("-", "_"): skip for r in PROBE_RULES})
-    cert = certificate.issue(node, bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     assert cert["scope"] == "partial" and cert["probes"] == "none"
     missing = [m["check"] for m in cert["missing"]]
     assert missing == ["probes", *sorted(PROBE_RULES)]
@@ -87,7 +87,7 @@ def test_a_rule_left_out_of_the_run_leaves_the_certificate_partial(tmp_path, key
     bundle = make_bundle(tmp_path, ["gpu-a01"])
     node = node_report()
     node["findings"] = [f for f in node["findings"] if f["rule"] != "NIC-002"]
-    cert = certificate.issue(node, bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     assert cert["missing"] == [{"check": "NIC-002", "reason": "not evaluated in this run"}]
 
 
@@ -104,14 +104,14 @@ def test_a_part_the_sku_lacks_needs_no_probe(tmp_path, key):
     write_manifest(bundle)
     sku = ("SKIPPED", "not applicable: no such part on this SKU")
     node = node_report(BW_003=sku, BW_004=sku, BW_005=sku)
-    cert = certificate.issue(node, bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     assert (cert["scope"], cert["missing"]) == ("full", [])
     assert cert["required"] == ["BW-001", "BW-002", "BW-006", "DCG-001"]
 
 
 def _gate_report(tmp_path: Path, key: Path, node: dict[str, Any]) -> dict[str, Any]:
     bundle = make_bundle(tmp_path, [node["host"]])
-    cert = certificate.issue(node, bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     path = certificate.write(cert, tmp_path / "certs" / f"{node['host']}.json")
     return {"bundle": str(bundle), "reports": {f"certificate:{node['host']}": str(path)}}
 
@@ -170,7 +170,7 @@ def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, 
 
 def test_verify_refuses_the_certificate_of_another_host(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"])
-    cert = certificate.issue(node_report(), bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node_report()), bundle, key, now=NOW)
     result = certificate.verify(cert, pub(key), host="gpu-a02", now=NOW)
     assert not result.ok
     assert result.reason == "certificate is for host 'gpu-a01', not 'gpu-a02'"
@@ -183,7 +183,9 @@ def _swap_gpu_serial(bundle: Path) -> None:
 
 
 def test_verify_against_a_bundle_refuses_other_hardware(tmp_path, key):
-    cert = certificate.issue(node_report(), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW)
+    cert = certificate.issue(
+        NodeReport.from_dict(node_report()), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW
+    )
     same = make_bundle(tmp_path / "b", ["gpu-a01"])  # a later collection of the same node
     ok = certificate.verify(cert, pub(key), host="gpu-a01", bundle=same, now=NOW)
     assert ok.ok, ok.reason
@@ -195,7 +197,9 @@ def test_verify_against_a_bundle_refuses_other_hardware(tmp_path, key):
 
 
 def test_verify_against_a_bundle_without_that_host_is_bad_input(tmp_path, key):
-    cert = certificate.issue(node_report(), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW)
+    cert = certificate.issue(
+        NodeReport.from_dict(node_report()), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW
+    )
     other = make_bundle(tmp_path / "b", ["gpu-a02"])
     with pytest.raises(BadInput, match="no evidence for host 'gpu-a01'"):
         certificate.verify(cert, pub(key), host="gpu-a01", bundle=other, now=NOW)
@@ -205,9 +209,13 @@ def test_validity_has_a_maximum_at_issue_and_at_verify(tmp_path, key, monkeypatc
     assert certificate.DEFAULT_VALIDITY_DAYS == 30 and certificate.MAX_VALIDITY_DAYS == 365
     bundle = make_bundle(tmp_path, ["gpu-a01"])
     with pytest.raises(BadInput, match="365"):
-        certificate.issue(node_report(), bundle, key, validity_days=366, now=NOW)
+        certificate.issue(
+            NodeReport.from_dict(node_report()), bundle, key, validity_days=366, now=NOW
+        )
     monkeypatch.setattr(certificate, "MAX_VALIDITY_DAYS", 5000)  # an issuer without the cap
-    long = certificate.issue(node_report(), bundle, key, validity_days=3650, now=NOW)
+    long = certificate.issue(
+        NodeReport.from_dict(node_report()), bundle, key, validity_days=3650, now=NOW
+    )
     monkeypatch.undo()
     result = certificate.verify(long, pub(key), host="gpu-a01", now=NOW + timedelta(days=1))
     assert not result.ok and "3650 days" in result.reason and "365" in result.reason
@@ -221,7 +229,9 @@ def gpuboot(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_verify_names_its_host_and_refuses_a_mismatch(tmp_path, key):
     bundle = make_bundle(tmp_path, ["gpu-a01"])
-    cert = certificate.write(certificate.issue(node_report(), bundle, key), tmp_path / "c.json")
+    cert = certificate.write(
+        certificate.issue(NodeReport.from_dict(node_report()), bundle, key), tmp_path / "c.json"
+    )
     no_host = gpuboot("certify", "--verify", str(cert), "--pubkey", str(pub(key)))
     assert no_host.returncode == 2 and "--host" in no_host.stderr
     other = gpuboot(

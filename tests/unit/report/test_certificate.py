@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 
 from gpuboot.errors import BadInput
 from gpuboot.report import certificate
+from gpuboot.results import NodeReport
 
 from .conftest import NOW
 from .sample import CAPTURES, make_bundle
@@ -30,7 +31,7 @@ def _node(report: dict, host: str) -> dict:
 
 @pytest.fixture
 def cert(report, bundle, key) -> dict:
-    return certificate.issue(_node(report, "gpu-a01"), bundle, key, now=NOW)
+    return certificate.issue(NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, now=NOW)
 
 
 def test_generate_key_private_is_0600_and_pub_is_loadable(key: Path):
@@ -94,7 +95,9 @@ def test_fingerprint_from_query_csv(report, tmp_path, key):
     bundle = make_bundle(
         tmp_path / "csv", ["gpu-a01"], probes={"nvidia-smi_--query-gpu_--format=csv.csv": csv}
     )
-    gpus = certificate.issue(_node(report, "gpu-a01"), bundle, key, now=NOW)["fingerprint"]["gpus"]
+    gpus = certificate.issue(NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, now=NOW)[
+        "fingerprint"
+    ]["gpus"]
     assert len(gpus) == 1
     assert gpus[0]["name"] == "NVIDIA H100 80GB HBM3" and gpus[0]["vbios"]
     assert gpus[0]["pcie_link"]["gen_max"] == 5
@@ -108,13 +111,15 @@ def test_unreadable_probe_is_listed_not_guessed(report, bundle, key):
         (bundle / "gpu-a01" / "ibstat.txt").read_bytes()
     ).hexdigest()
     (bundle / "MANIFEST.json").write_text(json.dumps(manifest))
-    cert = certificate.issue(_node(report, "gpu-a01"), bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, now=NOW)
     assert "nics" not in cert["fingerprint"]
     assert "ibstat.txt" in cert["fingerprint"]["unreadable"]
 
 
 def test_verify_ok_and_validity_days(report, bundle, key, tmp_path):
-    cert = certificate.issue(_node(report, "gpu-a01"), bundle, key, validity_days=7, now=NOW)
+    cert = certificate.issue(
+        NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, validity_days=7, now=NOW
+    )
     path = certificate.write(cert, tmp_path / "gpu-a01.json")
     pub = key.with_name(key.name + ".pub")
     result = certificate.verify(path, pub, **ANY, now=NOW + timedelta(days=6))
@@ -131,7 +136,7 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
         **_node(report, "gpu-a01"),
         "measurements": _node(report, "gpu-a01")["measurements"][:1],
     }
-    cert = certificate.issue(node, small, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), small, key, now=NOW)
     path = certificate.write(cert, tmp_path / "c.json")
     pub = key.with_name(key.name + ".pub")
     data = path.read_bytes()
@@ -229,16 +234,18 @@ def test_unreadable_files_raise_bad_input_with_name_and_hint(key, tmp_path):
 @pytest.mark.parametrize("host", ["gpu-b07.rack2.example.net", "gpu-c11"])
 def test_fail_and_error_nodes_are_never_certified(report, bundle, key, host):
     with pytest.raises(BadInput, match="no certificate"):
-        certificate.issue(_node(report, host), bundle, key, now=NOW)
+        certificate.issue(NodeReport.from_dict(_node(report, host)), bundle, key, now=NOW)
     with pytest.raises(BadInput, match="no certificate"):
-        certificate.issue(_node(report, host), bundle, key, allow_warn=True, now=NOW)
+        certificate.issue(
+            NodeReport.from_dict(_node(report, host)), bundle, key, allow_warn=True, now=NOW
+        )
 
 
 def test_warn_needs_the_policy(report, bundle, key):
     node = _node(report, "gpu-a03")
     with pytest.raises(BadInput):
-        certificate.issue(node, bundle, key, now=NOW)
-    cert = certificate.issue(node, bundle, key, allow_warn=True, now=NOW)
+        certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, allow_warn=True, now=NOW)
     assert cert["verdict"] == "WARN"
     assert certificate.verify(
         cert, key.with_name(key.name + ".pub"), host="gpu-a03", allow_partial=True, now=NOW
@@ -261,23 +268,23 @@ def test_signed_fail_certificate_is_rejected(cert, key):
 def test_evidence_changed_after_manifest_is_refused(report, bundle, key):
     (bundle / "gpu-a01" / "dpkg-query_-W.txt").write_text("nvidia-driver-570-open\t999\tii \n")
     with pytest.raises(BadInput, match="changed since MANIFEST"):
-        certificate.issue(_node(report, "gpu-a01"), bundle, key, now=NOW)
+        certificate.issue(NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, now=NOW)
 
 
 def test_missing_manifest_or_host_is_refused(report, bundle, key):
     node = {**_node(report, "gpu-a01"), "host": "gpu-zz9"}
     with pytest.raises(BadInput, match="no evidence for host"):
-        certificate.issue(node, bundle, key, now=NOW)
+        certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     (bundle / "MANIFEST.json").unlink()
     with pytest.raises(BadInput, match="cannot read evidence manifest"):
-        certificate.issue(_node(report, "gpu-a01"), bundle, key, now=NOW)
+        certificate.issue(NodeReport.from_dict(_node(report, "gpu-a01")), bundle, key, now=NOW)
 
 
 @pytest.mark.parametrize("host", ["../etc", "a/b", ".hidden", ""])
 def test_path_like_host_names_are_refused(report, bundle, key, host):
     node = {**_node(report, "gpu-a01"), "host": host}
     with pytest.raises(BadInput, match="not a plain host name"):
-        certificate.issue(node, bundle, key, now=NOW)
+        certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
 
 
 def test_canonical_encoding_is_sorted_compact_utf8():

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from gpuboot.report import certificate
+from gpuboot.results import NodeReport
 
 
 def gpuboot(*args):
@@ -17,7 +18,9 @@ def test_gen_key_issue_verify_and_one_changed_byte(tmp_path, report, bundle):
     key = tmp_path / "signing.pem"
     assert gpuboot("certify", "--gen-key", str(key)).returncode == 0
     node = next(n for n in report["nodes"] if n["verdict"] == "PASS")
-    cert = certificate.write(certificate.issue(node, bundle, key), tmp_path / "cert.json")
+    cert = certificate.write(
+        certificate.issue(NodeReport.from_dict(node), bundle, key), tmp_path / "cert.json"
+    )
 
     # the sample runs 6 of the catalogue's rules: a partial certificate, accepted on request
     args = ("--pubkey", f"{key}.pub", "--host", node["host"], "--allow-partial")
@@ -46,7 +49,9 @@ def test_cert_verbs_do_what_the_old_certify_flags_did(tmp_path, report, bundle):
     assert made.returncode == 0 and made.stderr == ""
     assert json.loads(made.stdout) == {"private_key": str(key), "public_key": f"{key}.pub"}
     node = next(n for n in report["nodes"] if n["verdict"] == "PASS")
-    cert = certificate.write(certificate.issue(node, bundle, key), tmp_path / "cert.json")
+    cert = certificate.write(
+        certificate.issue(NodeReport.from_dict(node), bundle, key), tmp_path / "cert.json"
+    )
     args = ("--pubkey", f"{key}.pub", "--host", node["host"], "--allow-partial", "--json")
 
     new = gpuboot("cert", "verify", str(cert), *args)

@@ -58,6 +58,6 @@ def test_html_and_junit_show_the_remediation():
     report = _report()
     command = report["nodes"][0]["findings"][0]["remediate"]
     assert command.startswith("gpuboot install --tags STK-002 (tasks ")
-    page = html.render(report)
+    page = html.render(RunReport.from_dict(report))
     assert "<b>Remediate:</b>" in page and html._e(command) in page
-    assert f"remediate: {command}" in junit.render(report).decode()
+    assert f"remediate: {command}" in junit.render(RunReport.from_dict(report)).decode()

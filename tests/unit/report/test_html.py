@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 
 from gpuboot.report import html
 from gpuboot.report.charts import nice_ticks
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 
@@ -31,7 +32,7 @@ def _parse(page: str) -> _Collect:
 
 
 def test_self_contained_no_scripts_no_external_assets(report):
-    page = html.render(report, now=NOW)
+    page = html.render(RunReport.from_dict(report), now=NOW)
     p = _parse(page)
     tags = {t for t, _ in p.tags}
     assert "script" not in tags and "link" not in tags and "img" not in tags
@@ -50,7 +51,7 @@ def test_header_summary_and_table(report):
         "gpu-a02": {"expires_at": "2026-12-22T10:20:00Z", "scope": "partial", "missing": [
             {"check": "BW-005", "reason": "SKIPPED: not applicable: no pair probe"}]},
     }  # fmt: skip
-    p = _parse(html.render(report, certs, now=NOW))
+    p = _parse(html.render(RunReport.from_dict(report), certs, now=NOW))
     text = " ".join(p.text)
     assert "20261122T101500-certify-abc123" in text and "2026-11-22T10:20:00Z" in text
     assert "1 of 5 nodes certified, 1 partial" in text
@@ -66,7 +67,7 @@ def test_header_summary_and_table(report):
 
 
 def test_failures_with_actions(report):
-    page = html.render(report, now=NOW)
+    page = html.render(RunReport.from_dict(report), now=NOW)
     failures = page[page.index("Failures and what to do") : page.index("Verdict per node")]
     assert "GPU 5: 12 of 18 NVLink links inactive (links 6-17)" in failures
     assert "reseat the GPU baseboard; if links stay down, RMA the board" in failures
@@ -78,7 +79,7 @@ def test_failures_with_actions(report):
 
 
 def test_one_chart_per_measurement_with_bands_limit_and_axis(report):
-    page = html.render(report, now=NOW)
+    page = html.render(RunReport.from_dict(report), now=NOW)
     svgs = re.findall(r"<svg .*?</svg>", page, flags=re.S)
     assert len(svgs) == 4
     h2d = next(s for s in svgs if "host_to_device" in s)
@@ -97,7 +98,7 @@ def test_machine_text_is_escaped(report):
     evil = '<script>alert("x")</script>'
     report["nodes"][3]["host"] = evil
     report["nodes"][3]["findings"][4]["reason"] = f"{evil} & more"
-    page = html.render(report, now=NOW)
+    page = html.render(RunReport.from_dict(report), now=NOW)
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert "script" not in {t for t, _ in _parse(page).tags}
@@ -106,7 +107,7 @@ def test_machine_text_is_escaped(report):
 def test_without_measurements_there_are_no_charts(report):
     for n in report["nodes"]:
         n.pop("measurements")
-    page = html.render(report, now=NOW)
+    page = html.render(RunReport.from_dict(report), now=NOW)
     assert "<svg" not in page and "Measured bandwidth" not in page
     assert "2 of 5 nodes passed" in page  # no certificates: says what passed instead
 

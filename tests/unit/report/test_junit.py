@@ -5,10 +5,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from gpuboot.report import junit
+from gpuboot.results import RunReport
 
 
 def _suites(report) -> dict[str, ET.Element]:
-    root = ET.fromstring(junit.render(report))
+    root = ET.fromstring(junit.render(RunReport.from_dict(report)))
     assert root.tag == "testsuites"
     return {s.get("name"): s for s in root.findall("testsuite")}
 
@@ -46,7 +47,7 @@ def test_pass_node_has_no_failures():
             }
         ],
     }
-    root = ET.fromstring(junit.render(report))
+    root = ET.fromstring(junit.render(RunReport.from_dict(report)))
     case = root.find("testsuite/testcase")
     assert list(case) == []
     assert root.get("tests") == "1" and root.get("failures") == "0" and root.get("errors") == "0"
@@ -87,7 +88,7 @@ def test_warn_passes_with_system_out(report):
 
 
 def test_totals_on_testsuites(report):
-    root = ET.fromstring(junit.render(report))
+    root = ET.fromstring(junit.render(RunReport.from_dict(report)))
     assert root.get("tests") == "50"
     assert root.get("failures") == "5" and root.get("errors") == "5"
     assert root.get("time") == "184.27"
@@ -117,7 +118,7 @@ def test_machine_text_is_escaped_and_xml_safe():
             }
         ]
     }
-    data = junit.render(report)
+    data = junit.render(RunReport.from_dict(report))
     root = ET.fromstring(data)  # parses: no raw control characters, entities escaped
     failure = root.find("testsuite/testcase/failure")
     assert failure.get("message").startswith('bad <tag> & "quote" \ufffd[31mred')
@@ -126,6 +127,6 @@ def test_machine_text_is_escaped_and_xml_safe():
 
 
 def test_write_is_atomic_file(report, tmp_path):
-    path = junit.write(report, tmp_path / "out" / "junit.xml")
+    path = junit.write(RunReport.from_dict(report), tmp_path / "out" / "junit.xml")
     assert path.read_bytes().startswith(b"<?xml version='1.0' encoding='utf-8'?>")
     assert [p.name for p in path.parent.iterdir()] == ["junit.xml"]  # no temp file left

@@ -9,6 +9,7 @@ import stat
 import pytest
 
 from gpuboot.report import prometheus
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 
@@ -62,7 +63,7 @@ def certs():
 
 
 def test_valid_exposition_with_help_and_type(report, certs):
-    fam = parse(prometheus.render(report, certs, now=NOW))
+    fam = parse(prometheus.render(RunReport.from_dict(report), certs, now=NOW))
     assert set(fam) == {
         "gpuboot_certify_node_certified",
         "gpuboot_certify_node_verdict",
@@ -75,7 +76,7 @@ def test_valid_exposition_with_help_and_type(report, certs):
 
 
 def test_values(report, certs):
-    fam = parse(prometheus.render(report, certs, now=NOW))
+    fam = parse(prometheus.render(RunReport.from_dict(report), certs, now=NOW))
     certified = fam["gpuboot_certify_node_certified"]["samples"]
     assert certified[(("host", "gpu-a01"),)] == 1
     assert certified[(("host", "gpu-a02"),)] == 0  # passed, but no certificate given
@@ -104,7 +105,7 @@ def test_label_values_are_escaped():
             }
         ]
     }
-    fam = parse(prometheus.render(report, now=NOW))
+    fam = parse(prometheus.render(RunReport.from_dict(report), now=NOW))
     assert fam["gpuboot_certify_node_certified"]["samples"] == {(("host", 'we"ird\\host\nx'),): 0}
 
 
@@ -112,7 +113,7 @@ def test_write_is_atomic_and_world_readable(report, tmp_path):
     target = tmp_path / "textfile" / "gpuboot.prom"
     target.parent.mkdir()
     target.write_text("old\n")
-    path = prometheus.write(report, target, now=NOW)
+    path = prometheus.write(RunReport.from_dict(report), target, now=NOW)
     assert path == target and path.read_text().startswith("# HELP gpuboot_certify_node_certified")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644  # node_exporter runs as another user
     assert os.listdir(target.parent) == ["gpuboot.prom"]  # temp file renamed, not left behind

@@ -38,7 +38,7 @@ def _series(fam: dict[str, dict]) -> set[tuple]:
 
 @pytest.fixture(scope="module")
 def fleet_text() -> str:
-    return prometheus.render(fleet_report(), now=NOW)
+    return prometheus.render(RunReport.from_dict(fleet_report()), now=NOW)
 
 
 def test_units_in_the_name_in_base_units_never_in_a_label(fleet_text):
@@ -56,7 +56,9 @@ def test_units_in_the_name_in_base_units_never_in_a_label(fleet_text):
 
 
 def test_certify_and_scan_families_are_distinct(fleet_text):
-    scan = prometheus.render(scan_report(["node1"], {}), now=NOW, kind=prometheus.SCAN)
+    scan = prometheus.render(
+        RunReport.from_dict(scan_report(["node1"], {})), now=NOW, kind=prometheus.SCAN
+    )
     certify, scanned = parse(fleet_text), parse(scan)
     assert all(n.startswith("gpuboot_certify_") for n in certify)
     assert all(n.startswith("gpuboot_scan_") for n in scanned)
@@ -68,7 +70,7 @@ def test_certify_and_scan_families_are_distinct(fleet_text):
 def test_scan_drift_and_last_scan_timestamp():
     report = scan_report(["node1", "node2"], {"node2": "NVL-001"})
     report["nodes"][1]["drift"].update(new=[], still=["NVL-001"], cleared=["PCI-001"])
-    fam = parse(prometheus.render(report, now=NOW, kind=prometheus.SCAN))
+    fam = parse(prometheus.render(RunReport.from_dict(report), now=NOW, kind=prometheus.SCAN))
     drift = fam["gpuboot_scan_drift_rules"]["samples"]
     assert drift[(("host", "node2"), ("change", "still"))] == 1
     assert drift[(("host", "node2"), ("change", "new"))] == 0
@@ -82,11 +84,11 @@ def test_limit_merge_keeps_the_nodes_not_in_this_run(tmp_path: Path):
     prom = tmp_path / "gpuboot-scan.prom"
     earlier = NOW.replace(hour=9)
     full = scan_report(["node1", "node2", ODD], {"node2": "NVL-001", ODD: "PCI-001"})
-    path, warning = prometheus.write_merged(full, prom, now=earlier)
+    path, warning = prometheus.write_merged(RunReport.from_dict(full), prom, now=earlier)
     assert path == prom and warning is None
     # scan --limit node1: node1 fails now; node2's FAIL (and its alert) must stay
     path, warning = prometheus.write_merged(
-        scan_report(["node1"], {"node1": "XID-001"}), prom, now=NOW
+        RunReport.from_dict(scan_report(["node1"], {"node1": "XID-001"})), prom, now=NOW
     )
     text = prom.read_text()
     fam = parse(text)  # strict: families contiguous, no duplicate series
@@ -104,7 +106,9 @@ def test_limit_merge_keeps_the_nodes_not_in_this_run(tmp_path: Path):
         ODD,
     }
     # the same run again changes nothing: merging is idempotent
-    prometheus.write_merged(scan_report(["node1"], {"node1": "XID-001"}), prom, now=NOW)
+    prometheus.write_merged(
+        RunReport.from_dict(scan_report(["node1"], {"node1": "XID-001"})), prom, now=NOW
+    )
     assert prom.read_text() == text
     assert _promtool(text).returncode == 0
 
@@ -121,7 +125,9 @@ def test_limit_merge_keeps_the_nodes_not_in_this_run(tmp_path: Path):
 def test_a_corrupt_previous_file_is_written_afresh_with_a_warning(tmp_path: Path, previous):
     prom = tmp_path / "gpuboot-scan.prom"
     prom.write_bytes(previous)
-    path, warning = prometheus.write_merged(scan_report(["node1"], {}), prom, now=NOW)
+    path, warning = prometheus.write_merged(
+        RunReport.from_dict(scan_report(["node1"], {})), prom, now=NOW
+    )
     assert warning and str(prom) in warning and "written afresh" in warning
     fam = parse(path.read_text())
     assert {dict(k)["host"] for k in fam["gpuboot_scan_node_verdict"]["samples"]} == {"node1"}
@@ -135,7 +141,9 @@ def test_foreign_families_and_duplicates_in_the_previous_file_are_not_carried(tm
         'gpuboot_scan_node_verdict{host="node9",verdict="FAIL"} 1\n'
         'gpuboot_scan_node_verdict{host="node9",verdict="FAIL"} 0\n'  # hand-edited duplicate
     )
-    _path, warning = prometheus.write_merged(scan_report(["node1"], {}), prom, now=NOW)
+    _path, warning = prometheus.write_merged(
+        RunReport.from_dict(scan_report(["node1"], {})), prom, now=NOW
+    )
     fam = parse(prom.read_text())
     assert warning is None and "gpuboot_node_verdict" not in fam
     assert fam["gpuboot_scan_node_verdict"]["samples"][(("host", "node9"), ("verdict", "FAIL"))]
@@ -143,7 +151,7 @@ def test_foreign_families_and_duplicates_in_the_previous_file_are_not_carried(tm
 
 def test_label_values_escaped_per_the_exposition_format():
     report = scan_report([ODD], {ODD: "NVL-001"})
-    text = prometheus.render(report, now=NOW, kind=prometheus.SCAN)
+    text = prometheus.render(RunReport.from_dict(report), now=NOW, kind=prometheus.SCAN)
     assert 'host="rack\\"1\\\\node\\n7"' in text
     assert "\n7" not in text.replace("\\n7", "")  # no raw newline inside a label
     assert parse(text)["gpuboot_scan_node_verdict"]["samples"][(("host", ODD), ("verdict", "FAIL"))]
@@ -151,7 +159,7 @@ def test_label_values_escaped_per_the_exposition_format():
 
 def test_fleet_textfiles_pass_promtool_without_duplicate_series(fleet_text):
     scan = prometheus.render(
-        scan_report([f"node{i}" for i in range(1, 301)], {"node7": "NVL-001"}),
+        RunReport.from_dict(scan_report([f"node{i}" for i in range(1, 301)], {"node7": "NVL-001"})),
         now=NOW,
         kind=prometheus.SCAN,
     )

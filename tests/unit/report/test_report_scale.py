@@ -10,6 +10,7 @@ from html import unescape
 import pytest
 
 from gpuboot.report import html
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 from .fleet import FAILING, HARNESS, NVLINK_DOWN, ODD_NAME, SLOW_H2D, WARNED, fleet_report
@@ -17,7 +18,7 @@ from .fleet import FAILING, HARNESS, NVLINK_DOWN, ODD_NAME, SLOW_H2D, WARNED, fl
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    return html.render(fleet_report(), now=NOW)
+    return html.render(RunReport.from_dict(fleet_report()), now=NOW)
 
 
 def _section(page: str, start: str, end: str) -> str:
@@ -90,7 +91,7 @@ def test_charts_are_distributions_sorted_by_value_naming_outliers_and_unmeasured
 
 
 def test_small_report_keeps_a_bar_per_node_sorted_by_value():
-    page = html.render(fleet_report(12), now=NOW)
+    page = html.render(RunReport.from_dict(fleet_report(12)), now=NOW)
     h2d = re.findall(r"<svg.*?</svg>", page, flags=re.S)[0]
     hosts = re.findall(r'class="host"><title>([^<]*)</title>', h2d)
     assert hosts[-2:] == ["node2", "node10"]  # not measured: marked, last
@@ -105,5 +106,5 @@ def test_a_node_not_passed_without_a_failing_finding_is_still_in_the_summary():
     node.update(verdict="ERROR", measurements=[])
     for f in node["findings"]:
         f.update(status="SKIPPED", reason="not applicable: probe level none")
-    rows = _summary_rows(html.render(report, now=NOW))
+    rows = _summary_rows(html.render(RunReport.from_dict(report), now=NOW))
     assert any("node3" in r and "ERROR" in r and "verdict" in r for r in rows), rows

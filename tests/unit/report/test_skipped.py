@@ -9,7 +9,7 @@ from gpuboot.calibrate import calibrate
 from gpuboot.checks import base, rules, stack_rules
 from gpuboot.cli.render import verdict_text
 from gpuboot.report import certificate, html, junit, prometheus
-from gpuboot.results import RunReport
+from gpuboot.results import NodeReport, RunReport
 
 from .conftest import NOW
 
@@ -69,7 +69,7 @@ def test_cli_text_names_a_node_where_nothing_was_checked():
 
 
 def test_junit_skipped_element_with_reason():
-    root = ET.fromstring(junit.render(_mixed()))
+    root = ET.fromstring(junit.render(RunReport.from_dict(_mixed())))
     suite = root.find("testsuite")
     case = suite.find("testcase[@name='BW-001 title BW-001']")
     assert case.find("skipped").get("message") == SKIP_REASON
@@ -79,7 +79,7 @@ def test_junit_skipped_element_with_reason():
 
 
 def test_prometheus_rule_status_has_skipped_state():
-    text = prometheus.render(_mixed(), now=NOW)
+    text = prometheus.render(RunReport.from_dict(_mixed()), now=NOW)
     assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="BW-001",status="SKIPPED"} 1' in text
     assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="BW-001",status="PASS"} 0' in text
     assert 'gpuboot_certify_rule_status{host="gpu-a01",rule="GPU-001",status="SKIPPED"} 0' in text
@@ -88,14 +88,14 @@ def test_prometheus_rule_status_has_skipped_state():
 
 
 def test_html_shows_skipped_with_reason():
-    page = html.render(_mixed(), now=NOW)
+    page = html.render(RunReport.from_dict(_mixed()), now=NOW)
     assert "s-SKIPPED" in page and "1 skipped" in page
     assert SKIP_REASON in page
 
 
 def test_certificate_records_the_skipped_check_and_its_reason(bundle, key):
     node = {**_mixed()["nodes"][0], "measurements": []}
-    cert = certificate.issue(node, bundle, key, now=NOW)
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     bw = next(r for r in cert["rules"] if r["rule"] == "BW-001")
     assert (bw["status"], bw["reason"]) == ("SKIPPED", SKIP_REASON)
 

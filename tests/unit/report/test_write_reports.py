@@ -6,13 +6,14 @@ import json
 import xml.etree.ElementTree as ET
 
 from gpuboot.report import certificate, write_reports
+from gpuboot.results import RunReport
 
 from .conftest import NOW
 
 
 def test_all_outputs_with_key(report, key, tmp_path):
     out = tmp_path / "out"
-    paths = write_reports(report, out, key_path=key, now=NOW)
+    paths = write_reports(RunReport.from_dict(report), out, key_path=key, now=NOW)
     assert paths["html"] == out / "report.html"
     assert paths["junit"] == out / "junit.xml"
     assert paths["prometheus"] == out / "gpuboot.prom"
@@ -33,14 +34,16 @@ def test_all_outputs_with_key(report, key, tmp_path):
 
 
 def test_allow_warn_certifies_warn_nodes(report, key, tmp_path):
-    paths = write_reports(report, tmp_path, key_path=key, allow_warn=True, now=NOW)
+    paths = write_reports(
+        RunReport.from_dict(report), tmp_path, key_path=key, allow_warn=True, now=NOW
+    )
     cert = json.loads(paths["certificate:gpu-a03"].read_text())
     assert cert["verdict"] == "WARN"
     assert "certificate:gpu-b07.rack2.example.net" not in paths
 
 
 def test_without_key_no_certificates(report, tmp_path):
-    paths = write_reports(report, tmp_path, key_path=None, now=NOW)
+    paths = write_reports(RunReport.from_dict(report), tmp_path, key_path=None, now=NOW)
     assert set(paths) == {"html", "junit", "prometheus"}
     assert not (tmp_path / "certificates").exists()
     assert 'gpuboot_certify_node_certified{host="gpu-a01"} 0' in paths["prometheus"].read_text()
