@@ -16,12 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuboot.verdict import Status
+from gpuboot.verdict import BAD, Status
 
 if TYPE_CHECKING:  # imported where findings are made: `gpuboot status` loads no rule module
     from gpuboot.checks.base import Finding
-
-FINDING_KEYS = ("rule", "title", "status", "reason", "action", "severity", "applicable")
 
 
 @dataclass(frozen=True)
@@ -114,14 +112,15 @@ class NodeReport:
 
     def failing(self) -> dict[str, str]:
         """rule -> FAIL/ERROR of this node's findings."""
-        return {f.rule: f.status for f in self.findings if f.status in (Status.FAIL, Status.ERROR)}
+        return {f.rule: f.status for f in self.findings if f.status in BAD}
 
     def to_dict(self) -> dict[str, Any]:
         """Findings as {rule,title,status,reason,action,severity,applicable} (plus their
         fixes); every measured figure (median, band, margin, % of the physical limit) in
         ``measurements``; a scan's drift, unjudged rules and escalations after them."""
         findings = [
-            {**{k: getattr(f, k) for k in FINDING_KEYS}, **self.remedy(f)} for f in self.findings
+            {**{k: v for k, v in f.__dict__.items() if k != "measurements"}, **self.remedy(f)}
+            for f in self.findings
         ]
         out: dict[str, Any] = {
             "host": self.host,

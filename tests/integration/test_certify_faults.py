@@ -167,9 +167,7 @@ def test_full_probes_measure_every_rail_and_pin_a_slow_one(nodes, lab6):
     fault = ["low-bandwidth", "ib_write_bw", "0.3", "mlx5_3"]
     gpuboot("lab", "fault", "--name", lab6.name, HEALTHY, *fault, check_rc=0)
     limit = f"{HEALTHY},node5,{TOOL_REMOVED}"
-    report = certify_mod.certify(
-        str(lab6.stack_inventory), probes="full", limit=limit
-    ).to_dict()
+    report = certify_mod.certify(str(lab6.stack_inventory), probes="full", limit=limit).to_dict()
     got = {n["host"]: n for n in report["nodes"]}
     slow = finding(got[HEALTHY], "BW-005")
     assert slow["status"] == "FAIL" and slow["reason"].startswith("mlx5_3: "), slow

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuboot.results import RunReport
 from gpuboot import cli, install, locks, paths, scan
 from gpuboot.errors import BadInput
+from gpuboot.results import RunReport
 
 FORK = multiprocessing.get_context("fork")
 PINS = (

@@ -23,9 +23,9 @@ import pytest
 from testinfra.backend.base import CommandResult
 from testinfra.backend.local import LocalBackend
 
-from gpuboot.results import RunReport
 from gpuboot import cli, install, paths, plan, rollout, runner, scan
 from gpuboot.errors import BadInput, GpubootError, RunError
+from gpuboot.results import RunReport
 
 PINS = (
     "gpuboot_profile: hgx-h100-sxm-8gpu, "

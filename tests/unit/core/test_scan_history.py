@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuboot.results import RunReport
 from gpuboot import certify, escalation, scan, status
 from gpuboot.report import trend
+from gpuboot.results import RunReport
 
 T0 = datetime(2025, 11, 24, tzinfo=UTC)
 GPUS = [f"0000:{b:02x}:00" for b in range(0x18, 0x20)]
