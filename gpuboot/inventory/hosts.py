@@ -187,13 +187,15 @@ def derive_role_vars(
     """The role variables gpuboot derives for a host, made in this one place for install
     (the roles), plan and certify/scan (the checks): the profile's hardware facts the
     inventory leaves unset, the checked ``gpuboot_mig`` layout, and the stack's pins (the
-    stack wins over the inventory)."""
+    stack wins over the inventory). A host that pins its driver without a stack still
+    gets the component table's columns (package patterns, kernel modules, units): the
+    roles read them from here, never from a copy of their own."""
+    from gpuboot.stacks import role_vars, table_vars
+
+    os_family = hostvars.get("gpuboot_os_family", "debian")
     derived = profile_vars(profile, hostvars) if profile is not None else {}
     derived.update(mig_layout)
-    if stack is not None:
-        from gpuboot.stacks import role_vars
-
-        derived.update(role_vars(stack, hostvars.get("gpuboot_os_family", "debian")))
+    derived.update(role_vars(stack, os_family) if stack is not None else table_vars(os_family))
     return derived
 
 

@@ -175,3 +175,14 @@ def test_the_testinfra_checks_take_hosts_and_variables_from_the_loaded_view(
     result.stdout.fnmatch_lines([f"ERROR *test_rule?ansible://n1-{RULES[0].id}?*"])
     assert sorted(reached) == ["n1", "n3"]
     assert reached["n1"] == (load_inventory(inv).hosts["n1"], inv)
+
+
+def test_a_host_pinned_without_a_stack_gets_the_component_table(inv):
+    """The roles take their package patterns, kernel modules and units from the table
+    through the derived variables, with or without a stack: a driver pinned alone must
+    get them too, or its module and service tasks have nothing to act on."""
+    views = load_inventory(inv).views
+    for host in ("n1", "n2"):
+        role_vars = views[host].role_vars
+        assert role_vars["nvidia_driver_modules"], host
+        assert role_vars["nvidia_driver_supersede"], host
