@@ -143,18 +143,18 @@ def run(
 ) -> RunReport:
     """Certify the inventory's nodes (``limit``: Ansible's host pattern). ``inventory`` is
     a path, loaded and checked here before any host is touched, or an Inventory a caller
-    already loaded. ``transport`` defaults to gpuboot.transport.connect."""
+    already loaded. ``transport`` defaults to gpuboot.transport.connector's."""
     from gpuboot.runner import new_run_dir
 
     inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     if transport is None:
-        from gpuboot.transport import connect
+        from gpuboot.transport import connector
 
-        paths.put_venv_on_path()  # the paramiko path runs `ansible` by name
+        connect = connector(inv)
 
-        def transport(name: str, hostvars: dict[str, Any]) -> Any:
-            return connect(name, hostvars, inv.path)
+        def transport(name: str, _hostvars: dict[str, Any]) -> Any:
+            return connect(name)
 
     run_id, run_dir = new_run_dir("certify")
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
@@ -165,7 +165,8 @@ def run(
     failed: dict[str, Outcome] = {}
     for name in hosts:
         try:
-            targets[name] = (transport(name, inv.hosts[name]), inv.hosts[name])
+            # judged with the variables install hands the roles (the inventory's view)
+            targets[name] = (transport(name, inv.hosts[name]), inv.resolved(name))
         except Exception as exc:  # a transport that cannot be built: that node's ERROR
             failed[name] = exc
     try:

@@ -18,7 +18,6 @@ from gpuboot.bundle.model import Evidence
 from gpuboot.collect import NodeAnswerRejected, script, state_probes, unpack
 from gpuboot.errors import GpubootError
 from gpuboot.evidence import packages
-from gpuboot.inventory import with_derived
 from gpuboot.probes import Probe, node_probes, resolve_level
 from gpuboot.profiles import load_profile
 from gpuboot.remote import RemoteTimeout, run_with_deadline
@@ -97,9 +96,9 @@ def collect_node(
     name: str, host: Any, hostvars: dict[str, Any], level_override: str | None = None
 ) -> NodeEvidence:
     """Collect ``name``'s evidence through ``host`` (anything with testinfra's
-    ``run(command)``). Raises HostUnreachable, RemoteTimeout or NodeAnswerRejected, each
-    naming the host: the caller keeps it as that host's ERROR."""
-    hostvars = with_derived(hostvars)  # the stack's pins, the MIG layout: what checks expect
+    ``run(command)``), ``hostvars`` as the inventory's view derives them (Inventory.resolved).
+    Raises HostUnreachable, RemoteTimeout or NodeAnswerRejected, each naming the host: the
+    caller keeps it as that host's ERROR."""
     procfs = hostvars.get("gpuboot_procfs", "/proc")
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None

@@ -19,7 +19,7 @@ from typing import Any
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.inventory.connection import check_connection, check_host_names
 from gpuboot.inventory.files import check_files
-from gpuboot.inventory.hosts import HostView, check_hosts, with_derived
+from gpuboot.inventory.hosts import HostView, check_hosts
 
 __all__ = [
     "HostView",
@@ -27,7 +27,6 @@ __all__ = [
     "inventory_path",
     "load_inventory",
     "select_hosts",
-    "with_derived",
 ]
 
 

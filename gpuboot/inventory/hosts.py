@@ -180,7 +180,7 @@ def profile_vars(profile: dict[str, Any], hostvars: dict[str, Any]) -> dict[str,
 
 def derive_role_vars(
     hostvars: dict[str, Any],
-    profile: dict[str, Any] | None,
+    profile: dict[str, Any],
     mig_layout: dict[str, Any],
     stack: Stack | None,
 ) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def derive_role_vars(
     from gpuboot.stacks import role_vars, table_vars
 
     os_family = hostvars.get("gpuboot_os_family", "debian")
-    derived = profile_vars(profile, hostvars) if profile is not None else {}
+    derived = profile_vars(profile, hostvars)
     derived.update(mig_layout)
     derived.update(role_vars(stack, os_family) if stack is not None else table_vars(os_family))
     return derived
@@ -206,20 +206,6 @@ def _mig_layout(hostvars: dict[str, Any], profile: dict[str, Any], where: str) -
     from gpuboot.mig import layout_vars
 
     return layout_vars(hostvars["gpuboot_mig"], profile, where)
-
-
-def with_derived(hostvars: dict[str, Any]) -> dict[str, Any]:
-    """A host's variables with what gpuboot derives from them applied (derive_role_vars,
-    as load_inventory derives them), for a caller holding only the variables. The
-    inventory was checked before, so nothing here fails; applied to variables already
-    derived, it changes nothing."""
-    from gpuboot.profiles import load_profile
-    from gpuboot.stacks import load_stack
-
-    profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
-    layout = _mig_layout(hostvars, profile, "gpuboot_mig") if profile is not None else {}
-    stack = load_stack(name) if (name := hostvars.get("gpuboot_stack")) else None
-    return {**hostvars, **derive_role_vars(hostvars, profile, layout, stack)}
 
 
 def _check_os_families(path: Path, hosts: dict[str, dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from gpuboot import install, inventory, plan, transport
 from gpuboot.checks.rules import RULES
-from gpuboot.inventory import load_inventory, with_derived
+from gpuboot.inventory import load_inventory
 
 CHECKS = Path(install.__file__).parent / "checks" / "test_node.py"
 INVENTORY = """\
@@ -78,15 +78,22 @@ class Dpkg:
 
 
 # ---------------------------------------------------------------- one derivation
-def test_the_checks_judge_with_the_variables_the_roles_receive(inv):
-    """certify's collection derives a host's variables from what the engine hands it
-    (with_derived) exactly as install hands them to the roles (the loaded view). They
-    disagreed: the checks never saw the profile's RoCE interfaces the roles configured."""
+def test_certify_judges_with_the_variables_the_roles_receive(inv, monkeypatch):
+    """certify's collection gets each host's variables from the loaded view, exactly as
+    install hands them to the roles. They disagreed: the collection derived them again
+    without the profile's RoCE interfaces the roles configured."""
+    from gpuboot import engine
+
+    seen = {}
+
+    def collect(name, _host, hostvars, _level=None):
+        seen[name] = hostvars
+        raise RuntimeError("nothing collected here")
+
+    monkeypatch.setattr(engine, "collect_node", collect)
+    engine.run(str(inv), transport=lambda *_a: object())
     loaded = load_inventory(inv)
-    for host in ("n1", "n2", "n3"):
-        resolved = loaded.resolved(host)
-        assert with_derived(loaded.hosts[host]) == resolved, host
-        assert with_derived(resolved) == resolved, host  # already derived: unchanged
+    assert seen == {h: loaded.resolved(h) for h in ("n1", "n2", "n3")}
     n1, n2, n3 = (loaded.views[h] for h in ("n1", "n2", "n3"))
     assert n1.role_vars["gpuboot_roce_interfaces"] == [
         nic["netdev"] for nic in n1.profile["hardware"]["nics"]

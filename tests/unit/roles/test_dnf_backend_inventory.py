@@ -33,10 +33,7 @@ def _untouched(sock) -> None:
 
 def test_an_el_stack_host_is_accepted_with_rpm_pins_and_the_stream(tmp_path, listener):
     path = _inventory(tmp_path, listener.getsockname()[1], "", ", gpuboot_stack: lts-550-cuda12.4")
-    hostvars = load_inventory(path).resolved("n1")
-    from gpuboot.inventory import with_derived
-
-    derived = with_derived(hostvars)
+    derived = load_inventory(path).resolved("n1")
     assert derived["nvidia_driver_module_stream"] == "nvidia-driver:550-open"
     assert "nvidia-driver-3:550.54.15-1.el9" in derived["nvidia_driver_packages"]
     assert derived["nvidia_fabricmanager_packages"] == ["nvidia-fabric-manager-550.54.15-1"]
