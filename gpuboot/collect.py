@@ -24,6 +24,7 @@ from gpuboot.bundle.model import (
     ProbeOutput,
 )
 from gpuboot.bundle.names import is_safe_name
+from gpuboot.components import components as component_table
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.packages import DPKG_QUERY
 from gpuboot.probes import Probe, precondition_script
@@ -85,6 +86,7 @@ def state_probes(
         ]
     if int(hw["nvlink"].get("nvswitch_count", 0) or 0):
         extra.append(Probe(names.FABRICMANAGER_FILE, "systemctl is-active nvidia-fabricmanager"))
+    extra += _unit_probes(hostvars or {}, {p.file for p in extra})
     if hw["nics"]:
         extra.append(Probe(names.IBSTAT_FILE, "ibstat"))
         for nic in hw["nics"]:
@@ -99,6 +101,22 @@ def state_probes(
                     )
                 )
     return PROBES + tuple(extra)
+
+
+def _unit_probes(hostvars: dict[str, Any], taken: set[str]) -> list[Probe]:
+    """The state of every unit an optional component runs where the host's stack enables
+    it (the table's ``services`` column), so a new component's rule has its evidence
+    without a probe written for it here."""
+    probes = []
+    for c in component_table():
+        if not (c.optional and c.services and hostvars.get(f"{c.prefix}_enabled")):
+            continue
+        for unit in c.services:
+            file = names.unit_active_file(unit)
+            if file not in taken:
+                taken.add(file)
+                probes.append(Probe(file, f"systemctl is-active {shlex.quote(unit)}"))
+    return probes
 
 
 def _run_line(probe: Probe, procfs: str, sysfs: str) -> str:

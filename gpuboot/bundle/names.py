@@ -25,7 +25,6 @@ DMESG_FILE = "dmesg.txt"
 LSMOD_FILE = "lsmod.txt"
 NVIDIA_VERSION_FILE = "proc_driver_nvidia_version.txt"
 REBOOT_REQUIRED_FILE = "reboot-required.txt"
-FABRICMANAGER_FILE = "systemctl_is-active_nvidia-fabricmanager.txt"
 BOOT_ID_FILE = "proc_sys_kernel_random_boot_id.txt"
 IBSTAT_FILE = "ibstat.txt"
 # why the bandwidth probes did not run (probe lock held, GPUs busy); empty when they did
@@ -39,6 +38,14 @@ RPM_FILE = "rpm_-qa.txt"
 DNF_VERSIONLOCK_FILE = "dnf_versionlock_list.txt"
 DNF_MODULES_FILE = "dnf_module_list_--enabled.txt"
 DNF_AUTOMATIC_FILE = "systemctl_show_dnf-automatic.txt"
+
+
+def unit_active_file(unit: str) -> str:
+    """`systemctl is-active UNIT`'s file: the state of a unit a component runs."""
+    return f"systemctl_is-active_{unit}.txt"
+
+
+FABRICMANAGER_FILE = unit_active_file("nvidia-fabricmanager")
 
 
 def mlnx_qos_file(netdev: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from gpuboot.bundle import names
 from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import (
     SYSTEMD_STATES,
@@ -24,7 +25,7 @@ from gpuboot.checks.stack_rules import installed_packages, nvidia_version
 from gpuboot.components import components
 from gpuboot.stacks.versions import upstream_of
 
-IMEX_ACTIVE = "systemctl_is-active_nvidia-imex.txt"
+IMEX_ACTIVE = names.unit_active_file("nvidia-imex")
 
 
 def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
