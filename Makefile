@@ -10,7 +10,7 @@ DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client 
                 ca-certificates python3-venv chromium rpm createrepo-c tmux
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup demo test test-gate test-lab test-unit lint bench clean
+.PHONY: setup demo test test-fast test-gate test-lab test-unit lint bench clean
 
 setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/promtool $(STAMPS)/image
 
@@ -55,21 +55,28 @@ $(STAMPS)/image: $(STAMPS)/system $(STAMPS)/venv gpuboot_lab/image/build-node-im
 demo: setup
 	scripts/demo.sh
 
-# Two tiers. The gate (lint, then the unit tier with -x: minutes) fails a broken change
-# before the lab image is built or any lab starts; then the lab/molecule/browser tier.
+# Three tiers, fastest first. The pure tier (no process, no emulator, no lab: seconds)
+# fails a broken change before anything slow runs; then lint and the unit tests that start
+# processes (minutes); then the lab/molecule/browser tier. tests/tiers.py keeps the pure
+# tier honest: a test that starts a process without the subprocess marker fails.
+UNIT := not lab and not molecule and not browser
+
 test: test-gate test-lab
 
-test-gate: $(STAMPS)/system $(STAMPS)/promtool lint
-	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser" -x -q
+test-fast: $(STAMPS)/venv
+	$(BIN)/python -m pytest tests -m "$(UNIT) and not subprocess" -x -q -p no:cacheprovider
+
+test-gate: test-fast $(STAMPS)/system $(STAMPS)/promtool lint
+	$(BIN)/python -m pytest tests -m "$(UNIT) and subprocess" -x -q
 
 test-lab: test-gate $(STAMPS)/image
 	$(BIN)/python -m pytest tests -m "lab or molecule or browser" --durations=40
 
 test-unit: $(STAMPS)/venv
-	$(BIN)/python -m pytest tests -m "not lab and not molecule and not browser"
+	$(BIN)/python -m pytest tests -m "$(UNIT)"
 
 lint: $(STAMPS)/venv
-	$(BIN)/python scripts/check_imports.py  # the product never imports the lab
+	$(BIN)/python scripts/check_imports.py  # no lab in the product, no import cycle, pure rules
 	$(BIN)/ruff check gpuboot gpuboot_lab scripts tests bench
 	$(BIN)/ruff format --check gpuboot gpuboot_lab scripts tests bench
 	$(BIN)/yamllint gpuboot/ansible molecule .config

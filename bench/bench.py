@@ -4,7 +4,7 @@ in the same run (absolute seconds depend on the machine; ratios travel).
 
   lab up (10 nodes, image cached)       seconds (and per node)
   gpuboot certify  / ansible -m ping    one evidence round trip per node vs. Ansible's minimum
-  certify --probes none / ansible -m ping   the same without bandwidth probes (issue 12: <= 2x)
+  certify --probes none / ansible -m ping   the same without bandwidth probes (target: <= 2x)
   install first: controller CPU per node  user+sys of gpuboot and its children / nodes
   install first CPU / Ansible's floor    the same, vs. a play of as many `command: true` tasks
                                         per node as the converge had task results

@@ -13,6 +13,8 @@ import pytest
 
 from gpuboot_lab import lab as labmod
 
+pytest_plugins = ["tests.tiers"]
+
 # Kept run directories of tests go to a throw-away place, not the operator's home.
 _RUNS = None if "GPUBOOT_RUNS" in os.environ else tempfile.mkdtemp(prefix="gpuboot-test-runs-")
 if _RUNS:

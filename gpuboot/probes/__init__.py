@@ -70,8 +70,8 @@ def dcgm_refuses_mig(profile: dict[str, Any], hostvars: dict[str, Any]) -> bool:
     """True when the layout splits a GPU. dcgmi diag takes MIG only as one GPU instance with
     one compute instance spanning the whole GPU, and otherwise refuses the whole run, MIG-off
     GPUs included: "GPU N's MIG configuration is incompatible with the diagnostic because it
-    prevents access to the entire GPU" (a DCGM maintainer in github.com/NVIDIA/DCGM/issues/31;
-    the same refusal with `-i` on a MIG-off GPU in #70). NVIDIA's DCGM docs say no more than
+    prevents access to the entire GPU" (a DCGM maintainer on DCGM's issue tracker, and
+    the same refusal with `-i` on a MIG-off GPU). NVIDIA's DCGM docs say no more than
     the 3.1.6 release note: a warning for MIG mode without MIG devices."""
     mig = profile["hardware"].get("mig", {})
     sizes = {p["name"]: int(p["size"]) for p in mig.get("profiles", [])}

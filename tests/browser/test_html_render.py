@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from unit.report import sample  # the unit tests' sample reports (tests/ is on sys.path)
 
 from gpuboot.report import certificate, write_reports
 from gpuboot.results import RunReport
+from tests.unit.report import sample  # the unit tests' sample reports
 
 from . import png
 

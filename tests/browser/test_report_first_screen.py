@@ -1,6 +1,6 @@
 """At 300 nodes the HTML report's first screen shows every failure: in headless Chromium at
 1280x800, every failing node's name and every failed rule are laid out inside the first
-viewport (issue 14's acceptance). Artifacts: artifacts/report-first-screen.png and the
+viewport. Artifacts: artifacts/report-first-screen.png and the
 report.html it shows."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from unit.report import fleet  # the unit tests' 300-node fleet (tests/ is on sys.path)
 
 from gpuboot.report import write_reports
 from gpuboot.results import RunReport
+from tests.unit.report import fleet  # the unit tests' 300-node fleet
 
 from . import png
 from .test_html_render import ARTIFACTS, NOW, _chromium, _screenshot

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from integration.conftest import ssh_ok
 
 from gpuboot.checks.rules import RULES
 from gpuboot.components import load
@@ -23,6 +22,7 @@ from gpuboot.mig import layout_vars
 from gpuboot.profiles import load_profile
 from gpuboot.stacks import STACK_DIR, Stack, load_stack, role_vars
 from gpuboot_lab import lab as labmod
+from tests.lab.conftest import ssh_ok
 
 from .harness import molecule, verifier_summary
 

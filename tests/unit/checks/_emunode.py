@@ -15,9 +15,7 @@ from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import NodeContext
 from gpuboot.collect import script, state_probes, unpack
 from gpuboot.probes import node_probes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-from _emu import GPUEMU, Daemon, EmuNode, make_node
+from tests.unit.gpuboot_lab._emu import GPUEMU, Daemon, EmuNode, make_node
 
 TOOLS = (
     "nvidia-smi", "dmesg", "lsmod", "ibstat", "mlnx_qos", "ib_write_bw", "nvbandwidth",

@@ -18,6 +18,8 @@ import yaml
 from gpuboot.certify import evaluate_bundle
 from gpuboot.evidence._common import has_elision
 
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURES = FIXTURES / "captures"
 TABLE = yaml.safe_load((CAPTURES / "verdicts.yaml").read_text())["cases"]

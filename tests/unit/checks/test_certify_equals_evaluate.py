@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from _emunode import STACK_VARS, Daemon, collect, dpkg_line, full_node
 
 from gpuboot.bundle.manifest import write_manifest
 from gpuboot.bundle.meta import node_meta
@@ -23,6 +22,9 @@ from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
 from gpuboot.collect import state_probes
 from gpuboot.probes import node_probes
+from tests.unit.checks._emunode import STACK_VARS, Daemon, collect, dpkg_line, full_node
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 PROFILE = "hgx-h100-sxm-8gpu"
 # Variables the rules read besides the emulator's stack: package pins without the

@@ -16,6 +16,8 @@ from gpuboot import node_collect as node_fixtures
 from gpuboot import remote
 from gpuboot.probes import Probe
 
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
 _SSH = "import sys, time; time.sleep(float(sys.argv[1])); print('answered')"
 
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from _emunode import STACK_VARS, Daemon, collect, full_node
 
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import MIG_LGI_FILE, PRECONDITIONS_FILE
@@ -25,6 +24,9 @@ from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext, probes_matching
 from gpuboot.checks.imex_rules import IMEX_ACTIVE
 from gpuboot.profiles import load_profile
+from tests.unit.checks._emunode import STACK_VARS, Daemon, collect, full_node
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
 QUERY = "nvidia-smi_--query-gpu_--format=csv.csv"

@@ -1,4 +1,4 @@
-"""The pair probes' second pass (issue 15 item 5): a pair below its band has BOTH members
+"""The pair probes' second pass: a pair below its band has BOTH members
 re-tested, each with its own known-good partner; only the node that stays slow fails, the
 partner is cleared and its PASS says why."""
 

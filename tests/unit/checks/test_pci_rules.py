@@ -8,13 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from _emunode import collect, ctx, full_node
 
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import LSPCI_GPU_FILE, LSPCI_NIC_FILE
 from gpuboot.checks import rules
 from gpuboot.collect import state_probes
 from gpuboot.profiles import load_profile
+from tests.unit.checks._emunode import collect, ctx, full_node
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
 

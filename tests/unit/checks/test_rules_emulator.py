@@ -4,11 +4,13 @@ fault kind the lab can inject fails (or warns) the rule that names it - and only
 from __future__ import annotations
 
 import pytest
-from _emunode import Daemon, collect, ctx, dpkg_line, full_node, set_ecn
 
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.checks import rules
+from tests.unit.checks._emunode import Daemon, collect, ctx, dpkg_line, full_node, set_ecn
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 
 def _judge(node, tmp_path, level="none", faults=(), drop=(), fm=True, **hostvars):

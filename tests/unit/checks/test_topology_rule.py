@@ -8,7 +8,6 @@ import copy
 from pathlib import Path
 
 import pytest
-from _emunode import collect, ctx, full_node
 
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import TOPO_FILE
@@ -16,6 +15,9 @@ from gpuboot.checks import rules
 from gpuboot.collect import state_probes
 from gpuboot.errors import ConfigError
 from gpuboot.profiles import load_profile, validate
+from tests.unit.checks._emunode import collect, ctx, full_node
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 TOPO = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "topo_m"
 H100 = load_profile("hgx-h100-sxm-8gpu")

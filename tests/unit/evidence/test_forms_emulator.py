@@ -1,17 +1,11 @@
-"""The emulator prints every form a real node does (issue 15, deliver 7), and each form is
+"""The emulator prints every form a real node does, and each form is
 judged like the real captures: `journalctl -k` beside dmesg, `nvidia-smi -q -x` beside -q,
 `dcgmi nvlink -s/-e` beside `nvidia-smi nvlink`, DCGM 4.x tables and JSON, nvbandwidth text,
 a GPU nvidia-smi lost. Fast tier: the emulator runs on this machine, no podman."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checks"))
-from _emunode import Daemon, ctx, full_node
 
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
@@ -22,6 +16,9 @@ from gpuboot.evidence.nvlink import (
     parse_dcgmi_nvlink_status,
     parse_nvlink_status,
 )
+from tests.unit.checks._emunode import Daemon, ctx, full_node
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 
 def _out(res) -> ProbeOutput:

@@ -3,19 +3,16 @@ SOURCES-extra.md) and the emulator's own output, read into bus functions."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from gpuboot.errors import ParseError
 from gpuboot.evidence import parser_for
 from gpuboot.evidence.lspci import bus_address, ca_type, connectx, gpus, nvswitches, parse_lspci
+from tests.unit.gpuboot_lab._emu import make_node
 
 from .conftest import capture_files
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-from _emu import make_node
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 
 @pytest.mark.parametrize("path", capture_files("lspci"), ids=lambda p: p.name)

@@ -19,7 +19,7 @@ def _xid002(text: str):
 def test_xid002_follows_xid001_and_is_unique():
     ids = [r.id for r in rules.RULES]
     assert ids.count("XID-002") == 1 and ids.index("XID-002") == ids.index("XID-001") + 1
-    # the kernel log in every form (dmesg, journalctl -k, syslog), like XID-001 (issue 15)
+    # the kernel log in every form (dmesg, journalctl -k, syslog), like XID-001
     assert rules.RULES_BY_ID["XID-002"].evidence == rules.RULES_BY_ID["XID-001"].evidence
     assert rules.RULES_BY_ID["XID-002"].evidence[0] == "dmesg*"
 

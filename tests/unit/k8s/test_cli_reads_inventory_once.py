@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from gpuboot import cli, inventory, remote, transport
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 
 class Local:

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuboot import paths
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 ROLE = "gpuboot_kubelet_taint"
 FLAG = "--register-with-taints=gpuboot.io/uncertified=true:NoSchedule"

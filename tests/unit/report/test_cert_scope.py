@@ -23,6 +23,8 @@ from gpuboot.results import NodeReport, RunReport
 from .conftest import NOW
 from .sample import make_bundle, write_manifest
 
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
 PAIR_SKIP = "not applicable: {}: no pair probe in this run"
 PROBE_RULES = ("BW-001", "BW-002", "BW-003", "BW-004", "BW-005", "BW-006", "DCG-001")
 
@@ -142,9 +144,9 @@ def test_join_gate_accepts_a_full_certificate(tmp_path, key):
 
 def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, key):
     pytest.importorskip("kubernetes")
-    from unit.k8s.conftest import gate_args
-    from unit.k8s.fake_apiserver import FakeApiServer
-    from unit.k8s.fake_apiserver import node as api_node
+    from tests.unit.k8s.conftest import gate_args
+    from tests.unit.k8s.fake_apiserver import FakeApiServer
+    from tests.unit.k8s.fake_apiserver import node as api_node
 
     from gpuboot.k8s import apply_gate
 

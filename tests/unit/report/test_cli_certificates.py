@@ -4,8 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from gpuboot.report import certificate
 from gpuboot.results import NodeReport
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
 
 def gpuboot(*args):

@@ -19,6 +19,8 @@ from .conftest import NOW
 from .fleet import FIGURES, fleet_report, scan_report
 from .test_prometheus import parse
 
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
 ODD = 'rack"1\\node\n7'  # quote, backslash, newline: each escaped in a label value
 
 

@@ -14,6 +14,8 @@ from gpuboot import plan, transport
 from gpuboot.stacks import load_stack
 from gpuboot.stacks.plan import stream_item
 
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
 CAPTURES = Path(__file__).parents[2] / "fixtures" / "captures"
 DNF = CAPTURES / "dnf"
 FM_INSTALLED = DNF / "dnf_module_list_--enabled.fm-installed.dnf4.14-installroot.txt"

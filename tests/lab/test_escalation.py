@@ -1,0 +1,74 @@
+"""Escalation over time on a 1-node lab: the same Xid on the same GPU,
+injected with the emulator's fault tooling at every boot, scanned before each of two reboots
+and after them. Its recommended action stays the Xid's own (reset/reboot) through the first
+reboot and turns into hardware inspection / RMA after the second: in the report, the
+node_exporter textfile and the node's labels (a fake Kubernetes API server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuboot_lab import lab as labmod
+from tests.unit.k8s.fake_apiserver import FakeApiServer, node
+
+from .conftest import gpuboot
+
+pytestmark = pytest.mark.lab
+RMA = "hardware inspection / RMA"
+LABEL = "gpuboot.io/recommended-action"
+
+
+@pytest.fixture(scope="module")
+def lab(make_lab) -> labmod.Lab:
+    lab = make_lab(nodes=1)
+    gpuboot("install", "-i", str(lab.inventory), "-q", check_rc=0)  # the driver logs Xids
+    return lab
+
+
+def _scan(lab, tmp_path, kubeconfig) -> tuple[int, dict]:
+    proc = gpuboot(
+        "scan", "-i", str(lab.inventory), "--json", "--history", str(tmp_path / "h.jsonl"),
+        "--textfile-dir", str(tmp_path), "--kubeconfig", str(kubeconfig),
+    )  # fmt: skip
+    assert proc.returncode in (1, 4, 5), proc.stderr[-3000:]  # 4: a rule not judged
+    (n,) = json.loads(proc.stdout)["nodes"]
+    return proc.returncode, n
+
+
+def test_the_same_xid_back_after_two_reboots_recommends_rma(lab, tmp_path):
+    server = FakeApiServer().start()
+    try:
+        server.add(node("node1"))
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        seen = []
+        for boot in range(3):
+            if boot:
+                gpuboot("lab", "reboot", "--name", lab.name, "node1", check_rc=0)
+            gpuboot("lab", "fault", "--name", lab.name, "node1", "xid", "79", "0", check_rc=0)
+            rc, n = _scan(lab, tmp_path, kubeconfig)
+            xid = next(f for f in n["findings"] if f["rule"] == "XID-001")
+            labels = server.nodes["node1"]["metadata"].get("labels") or {}
+            prom = (tmp_path / "gpuboot-scan.prom").read_text()
+            seen.append((rc, bool(n["escalations"]), xid["action"], labels.get(LABEL), prom))
+    finally:
+        server.stop()
+    boots = [
+        json.loads(line)["boot_id"] for line in (tmp_path / "h.jsonl").read_text().splitlines()
+    ]
+    assert len(set(boots)) == 3 and None not in boots  # each reboot shows as a new boot id
+    # new at first, then nothing new (still failing, or a rule the lab cannot judge)
+    assert seen[0][0] == 1 and seen[1][0] in (4, 5)
+    for _rc, escalated, action, label, prom in seen[:2]:  # first boot, after the first reboot
+        assert xid_is_failing(action) and not escalated and RMA not in action and label is None
+        assert 'gpuboot_scan_escalated_faults{host="node1"} 0' in prom
+    rc, escalated, action, label, prom = seen[2]  # after the second reboot
+    assert escalated and action.startswith(f"{RMA}: Xid 79 on GPU") and "2 reboots" in action
+    assert label == "hardware-inspection-rma" and rc == 1  # new: a scheduler is told
+    assert 'gpuboot_scan_escalated_faults{host="node1"} 1' in prom
+
+
+def xid_is_failing(action: str) -> bool:
+    """The finding's own action: the Xid catalogue's advice for Xid 79 (reboot)."""
+    return action.startswith("Xid 79")
