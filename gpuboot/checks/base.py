@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
-from gpuboot.bundle.names import NVIDIA_VERSION_FILE
+from gpuboot.bundle.names import NVIDIA_VERSION_FILE, unit_active_file
 from gpuboot.errors import GpubootError
 from gpuboot.evidence._common import has_elision
 
@@ -202,6 +202,18 @@ _SMI_NODE_STATE = frozenset({8, 9, 10, 12, 14, 15, 18, 127})
 SYSTEMD_STATES = frozenset(
     {"active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance"}
 )
+
+
+def inactive_unit(evidence: Evidence, unit: str) -> str | None:
+    """What is wrong with a unit a component runs, from ``systemctl is-active UNIT``: None
+    when it is active, else its state; a state that cannot be read is the harness's."""
+    file = unit_active_file(unit)
+    state = probe(evidence, file).stdout.strip()
+    if state not in SYSTEMD_STATES:
+        raise ProbeFailed(f"systemctl is-active printed no unit state: {state[:60]!r}", where=file)
+    return None if state == "active" else f"{unit} service is {state}"
+
+
 _NCCL_WRONG = re.compile(r"Out of bounds values\s*:\s*[1-9]\d*\s+FAILED")
 
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from gpuboot.bundle.model import Evidence
-from gpuboot.bundle.names import FABRICMANAGER_FILE as FM_ACTIVE
 from gpuboot.bundle.names import MIG_LGI_FILE
 from gpuboot.bundle.names import QUERY_GPU_FILE as QUERY_FILE
 from gpuboot.bundle.names import SMI_Q_FILE as Q_FILE
 from gpuboot.checks.base import (
     PASS,
-    SYSTEMD_STATES,
     MissingEvidence,
     NodeContext,
     ProbeFailed,
     Result,
     agree,
     forms_in,
+    inactive_unit,
     not_applicable,
     parsed,
     probe,
@@ -397,14 +396,7 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
         return not_applicable("no NVSwitch on this SKU")
     if not ctx.enabled("nvidia_fabricmanager_enabled"):
         return not_applicable("the host's stack does not manage fabric manager")
-    problems = []
-    active = probe(evidence, FM_ACTIVE).stdout.strip()
-    if active not in SYSTEMD_STATES:
-        raise ProbeFailed(
-            f"systemctl is-active printed no unit state: {active[:60]!r}", where=FM_ACTIVE
-        )
-    if active != "active":
-        problems.append(f"nvidia-fabricmanager service is {active}")
+    problems = [p for p in [inactive_unit(evidence, "nvidia-fabricmanager")] if p]
     want = str(ctx.var("nvidia_driver_version", "")).split(":")[-1].rsplit("-", 1)[0]
     loaded = nvidia_version(evidence)  # kernel side; None: no module loaded
     installed = _fm_package_version(evidence)

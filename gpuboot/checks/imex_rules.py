@@ -14,12 +14,10 @@ import re
 from gpuboot.bundle import names
 from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import (
-    SYSTEMD_STATES,
     NodeContext,
-    ProbeFailed,
     Result,
+    inactive_unit,
     not_applicable,
-    probe,
 )
 from gpuboot.checks.stack_rules import installed_packages, nvidia_version
 from gpuboot.components import components
@@ -31,14 +29,7 @@ IMEX_ACTIVE = names.unit_active_file("nvidia-imex")
 def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if not ctx.enabled("nvidia_imex_enabled"):
         return not_applicable("the host's stack does not manage IMEX")
-    problems = []
-    state = probe(evidence, IMEX_ACTIVE).stdout.strip()
-    if state not in SYSTEMD_STATES:
-        raise ProbeFailed(
-            f"systemctl is-active printed no unit state: {state[:60]!r}", where=IMEX_ACTIVE
-        )
-    if state != "active":
-        problems.append(f"nvidia-imex service is {state}")
+    problems = [p for p in [inactive_unit(evidence, "nvidia-imex")] if p]
     installed = imex_version(evidence)
     loaded = nvidia_version(evidence)  # None: no module loaded (STK-001 says so)
     want = upstream_of(str(ctx.var("nvidia_driver_version", "")))
