@@ -20,11 +20,11 @@ from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.bundle.names import NVIDIA_VERSION_FILE, unit_active_file
 from gpuboot.errors import GpubootError
 from gpuboot.evidence._common import has_elision
+from gpuboot.verdict import Status
 
-PASS, WARN, FAIL, ERROR = "PASS", "WARN", "FAIL", "ERROR"
-# A check that did not run (the SKU lacks the part, the probe level or the run left it out):
-# it proves nothing, so it is never counted as passed; its reason says why it did not run.
-SKIPPED = "SKIPPED"
+# SKIPPED: a check that did not run (the SKU lacks the part, the probe level or the run left
+# it out): it proves nothing, so it is never counted as passed; its reason says why.
+PASS, WARN, FAIL, ERROR, SKIPPED = Status
 HARNESS_ACTION = "fix the harness or probe, then certify again"
 
 
