@@ -14,7 +14,6 @@ from gpuboot.checks.base import (
     Result,
     agree,
     forms_in,
-    inactive_unit,
     not_applicable,
     parsed,
     probe,
@@ -27,7 +26,7 @@ from gpuboot.checks.smi import (
     query_file,
     smi_q,
 )
-from gpuboot.checks.stack_rules import installed_packages, nvidia_version
+from gpuboot.checks.stack_rules import driver_daemon_problems, installed_packages
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence._common import to_int
 from gpuboot.evidence.kernel_log import parse_kernel_log
@@ -396,16 +395,10 @@ def check_fabric_manager(evidence: Evidence, ctx: NodeContext) -> str | Result |
         return not_applicable("no NVSwitch on this SKU")
     if not ctx.enabled("nvidia_fabricmanager_enabled"):
         return not_applicable("the host's stack does not manage fabric manager")
-    problems = [p for p in [inactive_unit(evidence, "nvidia-fabricmanager")] if p]
-    want = str(ctx.var("nvidia_driver_version", "")).split(":")[-1].rsplit("-", 1)[0]
-    loaded = nvidia_version(evidence)  # kernel side; None: no module loaded
     installed = _fm_package_version(evidence)
-    if installed is None:
-        problems.append("no nvidia-fabricmanager package installed")
-    elif loaded and installed != loaded:
-        problems.append(f"fabric manager {installed} does not match the loaded driver {loaded}")
-    elif want and installed != want:
-        problems.append(f"fabric manager {installed}, pinned driver {want}")
+    problems = driver_daemon_problems(
+        evidence, ctx, "nvidia-fabricmanager", "fabric manager", installed
+    )
     for i, g in enumerate(smi_q(evidence, "fabric").gpus):
         if g.fabric_state is not None and (g.fabric_state, g.fabric_status) != (
             "Completed",

@@ -16,10 +16,9 @@ from gpuboot.bundle.model import Evidence
 from gpuboot.checks.base import (
     NodeContext,
     Result,
-    inactive_unit,
     not_applicable,
 )
-from gpuboot.checks.stack_rules import installed_packages, nvidia_version
+from gpuboot.checks.stack_rules import driver_daemon_problems, installed_packages
 from gpuboot.components import components
 from gpuboot.stacks.versions import upstream_of
 
@@ -29,16 +28,9 @@ IMEX_ACTIVE = names.unit_active_file("nvidia-imex")
 def check_imex(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if not ctx.enabled("nvidia_imex_enabled"):
         return not_applicable("the host's stack does not manage IMEX")
-    problems = [p for p in [inactive_unit(evidence, "nvidia-imex")] if p]
-    installed = imex_version(evidence)
-    loaded = nvidia_version(evidence)  # None: no module loaded (STK-001 says so)
-    want = upstream_of(str(ctx.var("nvidia_driver_version", "")))
-    if installed is None:
-        problems.append("no nvidia-imex package installed")
-    elif loaded and installed != loaded:
-        problems.append(f"nvidia-imex {installed} does not match the loaded driver {loaded}")
-    elif want and installed != want:
-        problems.append(f"nvidia-imex {installed}, pinned driver {want}")
+    problems = driver_daemon_problems(
+        evidence, ctx, "nvidia-imex", "nvidia-imex", imex_version(evidence)
+    )
     return "; ".join(problems) or None
 
 

@@ -31,6 +31,7 @@ from gpuboot.checks.base import (
     NodeContext,
     ProbeFailed,
     Result,
+    inactive_unit,
     not_applicable,
     parsed,
     probe,
@@ -125,6 +126,24 @@ def nvidia_version(evidence: Evidence) -> str | None:
     if "\n" not in out.stdout:
         raise ProbeFailed(f"{NV_VERSION} is empty or cut mid-line", where=NV_VERSION)
     return parse_nvidia_version(out.stdout).version
+
+
+def driver_daemon_problems(
+    evidence: Evidence, ctx: NodeContext, unit: str, label: str, installed: str | None
+) -> list[str]:
+    """What keeps a daemon NVIDIA ships with each driver release (fabric manager, IMEX) from
+    serving: its unit not active, or its package (``installed``, upstream version) not at
+    the loaded driver's version, or at the pin's while no driver is loaded."""
+    problems = [p for p in [inactive_unit(evidence, unit)] if p]
+    loaded = nvidia_version(evidence)  # None: no module loaded (STK-001 says so)
+    want = upstream_of(str(ctx.var("nvidia_driver_version", "")))
+    if installed is None:
+        problems.append(f"no {unit} package installed")
+    elif loaded and installed != loaded:
+        problems.append(f"{label} {installed} does not match the loaded driver {loaded}")
+    elif want and installed != want:
+        problems.append(f"{label} {installed}, pinned driver {want}")
+    return problems
 
 
 def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
