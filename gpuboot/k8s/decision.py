@@ -103,7 +103,7 @@ def _uncertified(node: NodeReport, statuses: tuple[str, ...], cordon: Cordon) ->
         cordon=cordon,
     )
     if node.escalations is not None:  # a scan's node (certify keeps no history: leaves it)
-        target.labels[L.LABEL_ACTION] = L.ACTION_RMA if node.escalations else None
+        target.labels[L.LABEL_RECOMMENDED_ACTION] = L.ACTION_RMA if node.escalations else None
     return target
 
 
@@ -156,7 +156,7 @@ def decide(
             L.LABEL_CERT_SHA: cert.sha256[:16],
             L.LABEL_CERT_EXPIRY: str(cert.expires),
             L.LABEL_FAILED_RULES: None,
-            L.LABEL_ACTION: None,
+            L.LABEL_RECOMMENDED_ACTION: None,
         },
         cordon="uncordon-ours",
     )

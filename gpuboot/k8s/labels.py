@@ -1,6 +1,6 @@
-"""The gate's vocabulary on the Node object: taint, label and annotation keys, and label
-values made legal (at most 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends,
-or empty)."""
+"""gpuboot's vocabulary on the Node object: the taint, label, annotation and condition
+names every module that touches a Node imports from here, and label values made legal (at
+most 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at both ends, or empty)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,46 @@ LABEL_CERT_SHA = PREFIX + "cert-sha256"
 LABEL_CERT_EXPIRY = PREFIX + "cert-expiry"
 LABEL_FAILED_RULES = PREFIX + "failed-rules"
 # set by a scan whose hardware fault came back after the reboot threshold (gpuboot.escalation)
-LABEL_ACTION = PREFIX + "recommended-action"
+LABEL_RECOMMENDED_ACTION = PREFIX + "recommended-action"
 ACTION_RMA = "hardware-inspection-rma"
+# the operator's opt-out: "false" means gpuboot takes no action on the node
+LABEL_MANAGED = PREFIX + "managed"
+# what gpuboot did to the node, readable by selectors (kubectl get nodes -l gpuboot.io/state)
+LABEL_STATE = PREFIX + "state"
+STATE_TAKEN_OUT = "taken-out"
+STATE_NONCOMPLIANT = "noncompliant"  # fails, but held back: not taken out
+STATE_REMEDIATING = "remediating"
+STATE_QUARANTINED = "quarantined"
+STATES = (STATE_TAKEN_OUT, STATE_NONCOMPLIANT, STATE_REMEDIATING, STATE_QUARANTINED)
+# set when remediation gives up on the node (needs hardware): no further automatic action
+LABEL_ACTION = PREFIX + "action"
+QUARANTINE_RMA = "rma"
 ALL_LABELS = (
     LABEL_CERTIFIED,
     LABEL_STACK,
     LABEL_CERT_SHA,
     LABEL_CERT_EXPIRY,
     LABEL_FAILED_RULES,
-    LABEL_ACTION,
+    LABEL_RECOMMENDED_ACTION,
 )
 
 # Marks a cordon gpuboot made, so gpuboot never lifts a cordon someone else made.
 ANNOTATION_CORDONED_BY = PREFIX + "cordoned-by"
 CORDONED_BY_US = "gpuboot"
+# unix seconds when gpuboot took the node out: the take-out window is rebuilt from these,
+# so a restarted gpuboot still counts its recent take-outs
+ANNOTATION_TAKEN_OUT_AT = PREFIX + "taken-out-at"
+# "true": the node was already unschedulable (someone else's cordon) when gpuboot took it out
+ANNOTATION_WAS_UNSCHEDULABLE = PREFIX + "was-unschedulable"
+# one line: the failing rule ids, or why a failing node was held back
+ANNOTATION_REASON = PREFIX + "reason"
+# JSON list, newest last, at most MAX_ACTIONS entries {"at": unix, "step": str, "result": str}
+ANNOTATION_ACTIONS = PREFIX + "actions"
+MAX_ACTIONS = 10
+MAX_REASON = 256  # annotations allow far more; a reason is one line a human reads
+
+CONDITION_CERTIFIED = "GPUBootCertified"
+CONDITION_COMPLIANT = "GPUBootCompliant"
 
 MAX_VALUE = 63
 _BAD = re.compile(r"[^A-Za-z0-9_.-]+")

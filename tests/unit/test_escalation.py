@@ -128,7 +128,7 @@ def test_scan_turns_the_action_into_rma_in_report_textfile_and_labels(scans):
     text = prometheus.render(result.report, kind=prometheus.SCAN)
     assert 'gpuboot_scan_escalated_faults{host="n1"} 1' in text
     target = decide(node, bundle=None, certificate=None, allow_warn=False, now=datetime.now(UTC))
-    assert target.labels[L.LABEL_ACTION] == "hardware-inspection-rma"
+    assert target.labels[L.LABEL_RECOMMENDED_ACTION] == "hardware-inspection-rma"
     again = scans("b3", xid(79))  # the same boot scanned again: still RMA, no longer news
     assert again.report.nodes[0].escalations[0].new is False and again.exit_code() == 5
 
