@@ -11,7 +11,7 @@ import json
 import pytest
 
 from gpuboot_lab import lab as labmod
-from tests.unit.k8s.fake_apiserver import FakeApiServer, node
+from gpuboot_lab.kubeapi import FakeApiServer, node
 
 from .conftest import gpuboot
 

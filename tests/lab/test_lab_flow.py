@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gpuboot_lab import kubeapi as fake
 from gpuboot_lab import lab as labmod
 from gpuboot_lab.podman import exists
-from tests.paths import REPO
 
 from .conftest import gpuboot, ssh
 
@@ -194,20 +193,7 @@ def test_lab_down_removes_every_object(make_lab):
     assert not lab.dir.exists()
 
 
-def _fake_apiserver_module():
-    """The recording Node API server of the gate's unit tests, loaded by path."""
-    import importlib.util
-
-    path = REPO / "tests" / "unit" / "k8s" / "fake_apiserver.py"
-    spec = importlib.util.spec_from_file_location("gpuboot_fake_apiserver", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
-    fake = _fake_apiserver_module()
     taint = {"key": "gpuboot.io/uncertified", "value": "true", "effect": "NoSchedule"}
     server = fake.FakeApiServer().start()
     try:

@@ -11,9 +11,9 @@ import yaml
 
 from gpuboot.stacks import load_stack, mirror_packages
 from gpuboot_lab import lab as labmod
-from tests.unit.k8s.fake_apiserver import FakeApiServer
-from tests.unit.k8s.fake_apiserver import node as k8s_node
-from tests.unit.k8s.fake_apiserver import pod as k8s_pod
+from gpuboot_lab.kubeapi import FakeApiServer
+from gpuboot_lab.kubeapi import node as k8s_node
+from gpuboot_lab.kubeapi import pod as k8s_pod
 
 from .conftest import gpuboot, reboot_markers, ssh_ok
 

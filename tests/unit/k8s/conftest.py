@@ -16,8 +16,7 @@ from gpuboot.checks.rules import RULES
 from gpuboot.cli.gate import certificates
 from gpuboot.report import certificate
 from gpuboot.results import NodeReport, RunReport
-
-from .fake_apiserver import FakeApiServer
+from gpuboot_lab.kubeapi import FakeApiServer
 
 ISSUED = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 NOW = ISSUED + timedelta(hours=1)  # when the gate runs

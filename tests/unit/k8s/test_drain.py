@@ -9,9 +9,9 @@ import pytest
 
 from gpuboot.k8s import apply_gate
 from gpuboot.k8s.drain import drain
+from gpuboot_lab.kubeapi import FakeApiServer, node, pod
 
 from .conftest import NOW, Reports, gate_args
-from .fake_apiserver import FakeApiServer, node, pod
 
 if importlib.util.find_spec("kubernetes") is None:
     if os.environ.get("CI"):

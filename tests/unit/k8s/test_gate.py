@@ -15,9 +15,9 @@ import pytest
 
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.k8s import apply_gate
+from gpuboot_lab.kubeapi import TOKEN, FakeApiServer, node
 
 from .conftest import EXPIRES, NOW, Reports, finding, gate_args
-from .fake_apiserver import TOKEN, FakeApiServer, node
 
 if importlib.util.find_spec("kubernetes") is None:
     if os.environ.get("CI"):  # CI installs the k8s extra: a silent skip would hide the gate

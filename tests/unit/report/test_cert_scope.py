@@ -145,9 +145,9 @@ def test_join_gate_accepts_a_full_certificate(tmp_path, key):
 def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, key):
     pytest.importorskip("kubernetes")
     from gpuboot.k8s import apply_gate
+    from gpuboot_lab.kubeapi import FakeApiServer
+    from gpuboot_lab.kubeapi import node as api_node
     from tests.unit.k8s.conftest import gate_args
-    from tests.unit.k8s.fake_apiserver import FakeApiServer
-    from tests.unit.k8s.fake_apiserver import node as api_node
 
     taint = {"key": "gpuboot.io/uncertified", "value": "true", "effect": "NoSchedule"}
     node = single_node_run()
