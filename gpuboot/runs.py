@@ -4,6 +4,10 @@ Every run of install, certify and scan keeps ``<runs root>/<id>/`` (``GPUBOOT_RU
 default ``$GPUBOOT_HOME/runs``), ``<id>`` = ``YYYYmmddTHHMMSS-<verb>-<hex6>``
 (runner.new_run_dir). ``prune`` removes old ones and never:
 - the newest run of each verb (``install --resume`` and the operator read the last one);
+- the run holding a node's newest valid certificate, with the bundle it vouches for: an
+  hourly scan must not push a node's certificate out of retention;
+- a run that an open escalation points at (the newest scan record of a node, in the default
+  scan history, recommends RMA): its bundle is the evidence the vendor will ask for;
 - a run in progress: one named by a host lock whose process is alive; while a run that
   holds locks has not named its run yet, every run begun since it started; and any run
   written to in the last ACTIVE_S seconds (install --check takes no lock);
@@ -28,6 +32,7 @@ from typing import Any
 
 from gpuboot import paths
 from gpuboot.errors import BadInput
+from gpuboot.report._util import parse_iso
 
 RUN_NAME = re.compile(r"(?P<stamp>\d{8}T\d{6})-(?P<verb>[a-z][a-z0-9_]*)-(?P<suffix>[0-9a-f]{6})")
 _AGE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
@@ -35,6 +40,8 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # A run written to this recently may still be running even without a lock (install
 # --check holds none): kept.
 ACTIVE_S = 600
+CERT_DIR = Path("reports") / "certificates"  # gpuboot.report.write_reports' layout
+CERT_MAX = 1 << 20  # a certificate is a few KB: a larger file is not one
 
 
 @dataclass(frozen=True)
@@ -181,11 +188,68 @@ def list_runs(root: Path | None = None) -> list[Run]:
     return runs
 
 
+def _valid_certificates(run: Run, now: float) -> list[str]:
+    """Hosts holding an unexpired certificate in ``run`` (the file's name and its
+    ``host`` agree; an unreadable or oversized file vouches for nothing)."""
+    from gpuboot.bundle.names import is_safe_name
+
+    hosts = []
+    try:
+        entries = list(os.scandir(run.path / CERT_DIR))
+    except OSError:
+        return hosts
+    for entry in entries:
+        host = entry.name.removesuffix(".json")
+        if host == entry.name or not is_safe_name(host) or entry.is_symlink():
+            continue
+        try:
+            with open(entry.path, "rb") as fh:
+                data = fh.read(CERT_MAX + 1)
+            if len(data) > CERT_MAX:
+                continue
+            cert = json.loads(data)
+            expires = parse_iso(str(cert["expires_at"])).timestamp()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if cert.get("host") == host and expires > now:
+            hosts.append(host)
+    return hosts
+
+
+def _escalated_runs() -> set[str]:
+    """Run ids the newest scan record of each node names while it recommends RMA."""
+    from gpuboot import scan
+
+    history = scan.default_history()
+    if not history.is_file():
+        return set()
+    return {
+        str(rec["run_id"])
+        for rec in scan.last_records(history).values()
+        if rec.get("escalated") and rec.get("run_id")
+    }
+
+
+def protected(runs: list[Run], now: float) -> dict[str, str]:
+    """run id -> why retention keeps it whatever --keep or --older-than say."""
+    why: dict[str, str] = {}
+    newest_cert: dict[str, Run] = {}
+    for run in runs:  # oldest first: a later certificate replaces an earlier one
+        for host in _valid_certificates(run, now):
+            newest_cert[host] = run
+    for host, run in sorted(newest_cert.items()):
+        why[run.id] = why.get(run.id, "holds the newest valid certificate of") + f" {host}"
+    for run_id in _escalated_runs():
+        why.setdefault(run_id, "evidence of an open RMA escalation")
+    return why
+
+
 def prune(
     *, keep: int | None = None, older_than: float | None = None, dry_run: bool = False
 ) -> dict[str, Any]:
     """Remove the runs beyond the ``keep`` newest of each verb, or older than
-    ``older_than`` seconds; never the newest of a verb, never one in progress."""
+    ``older_than`` seconds; never the newest of a verb, never one in progress, never a
+    protected one (a node's newest valid certificate, an open escalation's evidence)."""
     if (keep is None) == (older_than is None):
         raise BadInput(
             "say which runs to remove: --keep N or --older-than AGE",
@@ -201,6 +265,7 @@ def prune(
     root = paths.runs_dir()
     runs = list_runs(root)
     now = time.time()
+    keeps = protected(runs, now)
     by_verb: dict[str, list[Run]] = {}
     for run in runs:
         by_verb.setdefault(run.verb, []).append(run)
@@ -212,6 +277,8 @@ def prune(
                 kept.append((run, "newest of its verb" if run.newest else "within the limit"))
             elif run.in_progress:
                 kept.append((run, "in progress"))
+            elif run.id in keeps:
+                kept.append((run, keeps[run.id]))
             else:
                 removed.append(run)
     freed = 0

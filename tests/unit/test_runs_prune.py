@@ -158,3 +158,62 @@ def test_prune_of_a_missing_runs_root_frees_nothing(runs_root, capsys):
     code, doc = gpuboot("runs", "prune", "--keep", "3", capsys=capsys)
     assert code == 0 and doc["removed"] == [] and doc["freed_bytes"] == 0
     assert not os.path.exists(runs_root)
+
+
+def _certificate(run: Path, host: str, *, days_left: float) -> None:
+    expires = time.gmtime(time.time() + days_left * 86400)
+    cert = {"host": host, "expires_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", expires)}
+    (run / "reports" / "certificates").mkdir(parents=True, exist_ok=True)
+    (run / "reports" / "certificates" / f"{host}.json").write_text(json.dumps(cert))
+    _backdate(run)
+
+
+def _backdate(run: Path) -> None:
+    """Every file of ``run`` last written when the run started: not a run in progress."""
+    started = (run / "artifacts").stat().st_mtime
+    for p in [*sorted(run.rglob("*"), reverse=True), run]:
+        os.utime(p, (started, started))
+
+
+def test_a_nodes_newest_valid_certificate_outlives_any_number_of_later_scans(runs_root, capsys):
+    first = _run(runs_root, "certify", 6, n=1)
+    _certificate(first, "node1", days_left=20)
+    _certificate(first, "node2", days_left=20)
+    second = _run(runs_root, "certify", 5, n=2)
+    _certificate(second, "node2", days_left=25)  # node2's newer certificate
+    expired = _run(runs_root, "certify", 4, n=3)
+    _certificate(expired, "node3", days_left=-1)  # vouches for nothing any more
+    forged = _run(runs_root, "certify", 4, n=4)
+    _certificate(forged, "node4", days_left=20)
+    (forged / "reports" / "certificates" / "node4.json").write_text('{"host": "node9"}')
+    _backdate(forged)
+    scans = [_run(runs_root, "certify", d, n=10 + i) for i, d in enumerate((3, 2, 1))]
+    code, doc = gpuboot("runs", "prune", "--keep", "1", capsys=capsys)
+    assert code == 0
+    kept = {r["id"]: r["why"] for r in doc["kept"]}
+    assert kept[first.name] == "holds the newest valid certificate of node1"
+    assert kept[second.name] == "holds the newest valid certificate of node2"
+    removed = {r["id"] for r in doc["removed"]}
+    assert removed == {expired.name, forged.name, scans[0].name, scans[1].name}
+    assert first.exists() and second.exists() and not expired.exists()
+
+
+def test_the_evidence_of_an_open_rma_escalation_is_kept(runs_root, capsys):
+    evidence = _run(runs_root, "certify", 5, n=1)
+    cleared = _run(runs_root, "certify", 4, n=2)
+    later = [_run(runs_root, "certify", d, n=10 + i) for i, d in enumerate((3, 2))]
+    history = runs_root.parent / "home" / "scan-history.jsonl"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    records = [
+        {"host": "node1", "run_id": evidence.name, "escalated": ["xid:79:0000:07:00"]},
+        {"host": "node2", "run_id": cleared.name, "escalated": ["xid:79:0000:08:00"]},
+        {"host": "node2", "run_id": later[0].name, "escalated": []},  # released since
+    ]
+    stamp = {"time": "2026-11-27T00:00:00Z", "failing": {}}
+    lines = [json.dumps({**stamp, **r}) + "\n" for r in records]
+    history.write_text("".join(lines))
+    code, doc = gpuboot("runs", "prune", "--keep", "1", capsys=capsys)
+    assert code == 0
+    kept = {r["id"]: r["why"] for r in doc["kept"]}
+    assert kept[evidence.name] == "evidence of an open RMA escalation"
+    assert {r["id"] for r in doc["removed"]} == {cleared.name, later[0].name}
