@@ -32,7 +32,18 @@ class Target:
     certified: bool = False
     labels: dict[str, str | None] = field(default_factory=dict)  # None: remove the label
     cordon: Cordon = "leave"
-    error: str | None = None
+    error: str | None = None  # the gate must not touch the node: why (counts as a gate failure)
+    # fails, but held back (disruption budget, breaker, cool-down): why. plan() flags it
+    # noncompliant and adds no taint or cordon, nor removes anything of gpuboot's
+    held: str | None = None
+    state: str | None = None  # the LABEL_STATE value (None: the label is removed)
+    # condition type -> (status "True"|"False"|"Unknown", reason, message), written through
+    # the status subresource after the node's patch
+    conditions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    drain: bool = False  # the caller evicts the node's pods: cordon it too, not only the taint
+    # nothing could be judged (harness ERROR only): the Node object is left as it is and only
+    # its conditions are written (Unknown); why, in words
+    leave: str | None = None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ def _uncertify(host: str) -> Target:
             L.LABEL_CERT_EXPIRY: None,
         },
         cordon="cordon",
+        drain=True,
     )
 
 
