@@ -31,6 +31,7 @@ class Target:
     verdict: str
     certified: bool = False
     labels: dict[str, str | None] = field(default_factory=dict)  # None: remove the label
+    annotations: dict[str, str | None] = field(default_factory=dict)  # None: remove it
     cordon: Cordon = "leave"
     error: str | None = None  # the gate must not touch the node: why (counts as a gate failure)
     # fails, but held back (disruption budget, breaker, cool-down): why. plan() flags it
