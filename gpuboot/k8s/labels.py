@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 PREFIX = "gpuboot.io/"
+FIELD_MANAGER = "gpuboot"  # the manager of gpuboot's fields in the Node's managedFields
 TAINT_KEY = PREFIX + "uncertified"
 TAINT_VALUE = "true"
 TAINT_EFFECT = "NoSchedule"
@@ -48,6 +49,9 @@ CORDONED_BY_US = "gpuboot"
 ANNOTATION_TAKEN_OUT_AT = PREFIX + "taken-out-at"
 # "true": the node was already unschedulable (someone else's cordon) when gpuboot took it out
 ANNOTATION_WAS_UNSCHEDULABLE = PREFIX + "was-unschedulable"
+# unix seconds when gpuboot saw a human undo its take-out (uncordon, taint removed): the
+# node is left alone for a cool-down from then
+ANNOTATION_CANCELLED_AT = PREFIX + "cancelled-at"
 # one line: the failing rule ids, or why a failing node was held back
 ANNOTATION_REASON = PREFIX + "reason"
 # JSON list, newest last, at most MAX_ACTIONS entries {"at": unix, "step": str, "result": str}
