@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from gpuboot import __version__
 from gpuboot.cli import (
+    breaker,
     cert,
     certify,
     evaluate,
@@ -27,7 +28,21 @@ from gpuboot.cli.outcome import Outcome
 from gpuboot.errors import BadInput
 
 # In the order `gpuboot --help` lists them.
-VERBS = (install, certify, cert, scan, matrix, plan, mirror, runs, help, evaluate, status, report)
+VERBS = (
+    install,
+    certify,
+    cert,
+    scan,
+    breaker,
+    matrix,
+    plan,
+    mirror,
+    runs,
+    help,
+    evaluate,
+    status,
+    report,
+)
 LAB_MISSING = "the lab is not installed: pip install 'gpuboot[lab]'"
 
 

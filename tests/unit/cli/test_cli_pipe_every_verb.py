@@ -26,6 +26,7 @@ CASES = {
     "certify": (["certify", "--gen-key", "{tmp}/key.pem"], 0),
     "cert": (["cert", "keygen", "{tmp}/key.pem"], 0),
     "scan": (["scan", "-i", MISSING], 2),
+    "breaker": (["breaker", "status"], 0),
     "matrix": (["matrix", "list"], 0),
     "plan": (["plan", "-i", MISSING], 2),
     "mirror": (["mirror", "--stack", "lts-550-cuda12.4"], 0),
