@@ -16,7 +16,16 @@ import yaml
 from gpuboot import diffview, locks, paths
 from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
-from gpuboot.rollout import RolloutState, batch_size, batches, failure_budget, resume_hosts
+from gpuboot.rollout import (
+    RolloutState,
+    Settings,
+    batch_size,
+    batches,
+    check_resume_flags,
+    failure_budget,
+    resume_command,
+    resume_from,
+)
 from gpuboot.runner import (
     HostResult,
     RunSpec,
@@ -114,6 +123,7 @@ class Drain:
     kubeconfig: str
     context: str | None = None
     timeout_s: float = 600
+    limits: Any = None  # gpuboot.k8s.budget.Limits (None: its defaults); the k8s extra is lazy
 
 
 @dataclass
@@ -169,10 +179,18 @@ def _drain_batch(
         context=drain.context,
         node_names=inv.k8s_node_names(),
         timeout_s=drain.timeout_s,
+        limits=drain.limits,
     )
     result.drained.update(drained)
     for host, outcome in drained.items():
-        if outcome.error:
+        if outcome.held:  # not touched: it stays pending, and --resume installs it later
+            result.hosts[host] = HostResult(
+                host=host,
+                pending=True,
+                reason=f"{outcome.node}: {outcome.held}; re-run when nodes are back: "
+                f"gpuboot install -i {inv.path} --resume {result.run_id}",
+            )
+        elif outcome.error:
             result.hosts[host] = HostResult(
                 host=host,
                 failed=1,
@@ -180,7 +198,7 @@ def _drain_batch(
                 reason=f"{outcome.node}: {outcome.error}",
             )
             result.rollout.failed.append(host)
-    return [h for h in batch if not (h in drained and drained[h].error)]
+    return [h for h in batch if not (h in drained and (drained[h].error or drained[h].held))]
 
 
 def install(
@@ -220,22 +238,50 @@ def install(
             f"--forks {forks} must be at least 1", where="--forks", hint="e.g. --forks 10"
         )
     inv = load_inventory(inventory)  # refuses bad input before any host is contacted
+    given = Settings(
+        limit=limit,
+        tags=tags,
+        serial=serial,
+        max_fail=max_fail,
+        allow_reboot=allow_reboot,
+        full=full,
+        kubeconfig=drain.kubeconfig if drain else None,
+        k8s_context=drain.context if drain else None,
+        drain_timeout=drain.timeout_s if drain else None,
+    )
+    hosts = select_hosts(inv, limit)
+    resumed_from = None
+    size = batch_size(serial, max(len(hosts), 1))
+    budget = failure_budget(max_fail, len(hosts))
+    settings = given
+    if resume:
+        # the stopped rollout goes on as it was asked: its batch size, budget and tags
+        found = resume_from(inv.path, resume, warn=warn)
+        check_resume_flags(found, given)
+        resumed_from, settings = found.run_id, found.settings
+        hosts = [h for h in hosts if h in found.hosts]
+        hosts.sort(key=found.hosts.index)
+        size = found.batch_size or max(len(hosts), 1)
+        budget = found.budget
+        tags = settings.tags
+        allow_reboot = allow_reboot or settings.allow_reboot
+        full = full or settings.full
+        if drain is None and settings.kubeconfig:
+            drain = Drain(settings.kubeconfig, settings.k8s_context, settings.drain_timeout or 600)
+            warn(f"resuming with the recorded drain: --kubeconfig {settings.kubeconfig}")
+        check_tags(tags)  # a hand-edited record is input too
     if drain is not None:
         from gpuboot.k8s.gate import connect
 
         connect(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
-    hosts = select_hosts(inv, limit)
-    resumed_from = None
-    if resume:
-        resumed_from, redo = resume_hosts(inv.path, resume, warn=warn)
-        hosts = [h for h in hosts if h in redo]
-    size = batch_size(serial, max(len(hosts), 1))
     state = RolloutState(
         inventory=str(inv.path.resolve()),
         hosts=hosts,
         batch_size=size,
-        budget=failure_budget(max_fail, len(hosts)),
+        budget=budget,
         check=check,
+        settings=settings.to_dict(),
+        resumed_from=resumed_from,
     )
     held = contextlib.nullcontext() if check else locks.hold_hosts(inv, hosts, "install")
     with held:
@@ -339,7 +385,11 @@ def _roll_out(
         raise KeyboardInterrupt(
             f"install stopped; {len(state.converged)} host(s) converged and "
             f"{len(state.failed)} failed are kept in {run_dir / 'rollout.json'}; to go on: "
-            f"gpuboot install -i {inv.path} --resume {run_id}"
+            + (
+                Settings.from_record(state.settings).command(inv.path, check=True)
+                if check
+                else resume_command(inv.path, run_id)
+            )
         ) from None
     outcome.elapsed_s = time.monotonic() - started
     if diff:  # what changed (--check: would), per change set; the whole in diff.txt

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ def batches(hosts: list[str], size: int) -> list[list[str]]:
 
 @dataclass
 class RolloutState:
-    """What one install run did, kept beside its results for ``--resume``."""
+    """What one install run was asked to do and what it did, kept beside its results for
+    ``--resume``: the settings are recorded so a resumed rollout keeps its batch size,
+    budget, tags and drain, whatever the resuming command line says."""
 
     inventory: str
     hosts: list[str]
@@ -69,6 +72,8 @@ class RolloutState:
     converged: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the rollout ended before its last batch
+    settings: dict[str, Any] = field(default_factory=dict)  # Settings.to_dict()
+    resumed_from: str | None = None  # the stopped rollout this run continued
 
     @property
     def pending(self) -> list[str]:
@@ -91,11 +96,81 @@ class RolloutState:
             "failed": self.failed,
             "pending": self.pending,
             "stopped": self.stopped,
+            "settings": self.settings,
+            "resumed_from": self.resumed_from,
         }
 
     def save(self, run_dir: Path) -> None:
         """Replace the record atomically: a kill or a full disk leaves the previous one."""
         paths.write_private(run_dir / STATE_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an install was asked to do besides its hosts: recorded in its rollout, given
+    back by ``--resume``, spelled out in every hint."""
+
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    serial: str | None = None
+    max_fail: str | None = None
+    allow_reboot: bool = False
+    full: bool = False
+    kubeconfig: str | None = None
+    k8s_context: str | None = None
+    drain_timeout: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "tags": list(self.tags)}
+
+    @classmethod
+    def from_record(cls, doc: Any) -> Settings:
+        """The settings a record holds; an old record (none) or a wrong type: defaults."""
+        doc = doc if isinstance(doc, dict) else {}
+        kept: dict[str, Any] = {}
+        for name, default in cls().__dict__.items():
+            value = doc.get(name, default)
+            if name == "tags":
+                value = tuple(value) if isinstance(value, list) else ()
+                value = tuple(t for t in value if isinstance(t, str))
+            elif isinstance(default, bool):
+                value = value if isinstance(value, bool) else default
+            elif name == "drain_timeout":
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                value = float(value) if ok and value > 0 else None
+            elif not isinstance(value, str):
+                value = None
+            kept[name] = value
+        return cls(**kept)
+
+    def command(self, inventory: str | Path, *, check: bool = False) -> str:
+        """The `gpuboot install` command line that runs these settings again."""
+        words = ["gpuboot", "install", "-i", str(inventory)]
+        if check:
+            words.append("--check")
+        for flag, value in (
+            ("--limit", self.limit),
+            ("--tags", ",".join(self.tags) or None),
+            ("--serial", self.serial),
+            ("--max-fail", self.max_fail),
+            ("--kubeconfig", self.kubeconfig),
+            ("--k8s-context", self.k8s_context),
+        ):
+            if value:
+                words += [flag, value]
+        if self.kubeconfig and self.drain_timeout:
+            words += ["--drain-timeout", f"{self.drain_timeout:g}"]
+        words += [
+            f for f, on in (("--allow-reboot", self.allow_reboot), ("--full", self.full)) if on
+        ]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+def resume_command(inventory: str | Path, run_id: str) -> str:
+    """The hint that continues a stopped rollout: its settings are in its record."""
+    return " ".join(
+        shlex.quote(w) for w in ("gpuboot", "install", "-i", str(inventory), "--resume", run_id)
+    )
 
 
 # What --resume reads from a record, and the type each must have.
@@ -124,60 +199,129 @@ def read_record(path: Path) -> dict[str, Any]:
         ):
             want = "a list of host names" if kind is list else kind.__name__
             raise ValueError(f"key {key!r} is not {want}: {str(value)[:60]!r}")
+    for key in ("batch_size", "budget"):
+        value = doc.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise ValueError(f"key {key!r} is not a whole number: {str(value)[:60]!r}")
     return doc
 
 
-def resume_hosts(
+@dataclass(frozen=True)
+class Resume:
+    """A stopped rollout to continue: its id, the hosts it left (failed, then never
+    reached, in rollout order) and what it was asked to do."""
+
+    run_id: str
+    hosts: list[str]
+    batch_size: int | None
+    budget: int | None
+    settings: Settings
+
+
+def _resume(run_id: str, doc: dict[str, Any]) -> Resume:
+    return Resume(
+        run_id,
+        doc["failed"] + doc["pending"],
+        doc.get("batch_size") or None,
+        doc.get("budget"),
+        Settings.from_record(doc.get("settings")),
+    )
+
+
+def _latest(inventory: Path, wanted: str, warn: Callable[[str], None]) -> Resume:
+    """The newest stopped real rollout of the inventory that no later run continued; when
+    every rollout finished, the newest real one (with nothing left to do)."""
+    runs = paths.runs_dir()
+    continued: set[str] = set()
+    newest: Resume | None = None
+    for candidate in sorted(runs.glob(f"*-install-*/{STATE_FILE}"), reverse=True):
+        try:
+            doc = read_record(candidate)
+        except ValueError as exc:
+            warn(f"warning: {candidate}: {exc}; skipped, resuming from an earlier run")
+            continue
+        if doc["inventory"] != wanted or doc["check"]:
+            continue
+        run_id = candidate.parent.name
+        found = _resume(run_id, doc)
+        newest = newest or found
+        if found.hosts and run_id not in continued:
+            return found
+        if isinstance(doc.get("resumed_from"), str):
+            continued.add(doc["resumed_from"])
+    if newest is None:
+        raise BadInput(
+            f"no earlier install run of {inventory} to resume",
+            where=str(runs),
+            hint="run `gpuboot install` without --resume first",
+        )
+    return replace(newest, hosts=[])
+
+
+def resume_from(
     inventory: Path, run: str, *, warn: Callable[[str], None] = lambda _m: None
-) -> tuple[str, list[str]]:
-    """(run id, hosts to redo) of an earlier install of ``inventory``: ``run`` is a run id,
-    or ``latest`` for the newest install run (not a --check one) of this inventory. With
-    ``latest`` a malformed record (a crash, a hand edit) is skipped with a warning."""
+) -> Resume:
+    """The rollout ``--resume`` continues: ``run`` is a run id, or ``latest`` for the
+    newest stopped real rollout of ``inventory`` (a later run that converged other hosts
+    does not hide it). A --check run is never resumed: it changed nothing. With ``latest``
+    a malformed record (a crash, a hand edit) is skipped with a warning."""
     runs = paths.runs_dir()
     wanted = str(inventory.resolve())
     if run == "latest":
-        state = None
-        for candidate in sorted(runs.glob(f"*-install-*/{STATE_FILE}"), reverse=True):
-            try:
-                doc = read_record(candidate)
-            except ValueError as exc:
-                warn(f"warning: {candidate}: {exc}; skipped, resuming from an earlier run")
-                continue
-            if doc["inventory"] == wanted and not doc["check"]:
-                state, path = doc, candidate
-                break
-        if state is None:
-            raise BadInput(
-                f"no earlier install run of {inventory} to resume",
-                where=str(runs),
-                hint="run `gpuboot install` without --resume first",
-            )
-    else:
-        path = runs / run / STATE_FILE
-        if not RUN_ID.fullmatch(run):
-            raise BadInput(
-                f"--resume {run!r} is not a run id",
-                where="gpuboot install --resume",
-                hint="pass an install run id (the run dir's name an install prints), or `latest`",
-            )
-        if not path.is_file():
-            raise BadInput(
-                f"run {run!r} has no {STATE_FILE}: not an install run",
-                where=str(runs / run),
-                hint="pass an install run id (see the run dir an install prints), or `latest`",
-            )
-        try:
-            state = read_record(path)
-        except ValueError as exc:
-            raise BadInput(
-                f"the run's record is malformed: {exc}",
-                where=str(path),
-                hint="resume from another run (or `latest`), or install without --resume",
-            ) from None
-    if state["inventory"] != wanted:
+        return _latest(inventory, wanted, warn)
+    path = runs / run / STATE_FILE
+    if not RUN_ID.fullmatch(run):
         raise BadInput(
-            f"run {path.parent.name} installed {state['inventory']}, not {wanted}",
+            f"--resume {run!r} is not a run id",
+            where="gpuboot install --resume",
+            hint="pass an install run id (the run dir's name an install prints), or `latest`",
+        )
+    if not path.is_file():
+        raise BadInput(
+            f"run {run!r} has no {STATE_FILE}: not an install run",
+            where=str(runs / run),
+            hint="pass an install run id (see the run dir an install prints), or `latest`",
+        )
+    try:
+        doc = read_record(path)
+    except ValueError as exc:
+        raise BadInput(
+            f"the run's record is malformed: {exc}",
+            where=str(path),
+            hint="resume from another run (or `latest`), or install without --resume",
+        ) from None
+    if doc["inventory"] != wanted:
+        raise BadInput(
+            f"run {run} installed {doc['inventory']}, not {wanted}",
             where=str(path),
             hint="resume with the inventory that run used",
         )
-    return path.parent.name, state["failed"] + state["pending"]
+    if doc["check"]:
+        settings = Settings.from_record(doc.get("settings"))
+        raise BadInput(
+            f"run {run} was a --check run: it changed nothing, so there is nothing to resume",
+            where=str(path),
+            hint=f"re-run it as a check: {settings.command(inventory, check=True)}",
+        )
+    return _resume(run, doc)
+
+
+def check_resume_flags(resume: Resume, given: Settings) -> None:
+    """A resumed rollout keeps its recorded batch size, budget and tags: a different value
+    on the resuming command line is refused, not silently ignored."""
+    recorded = resume.settings
+    for flag, now, then in (
+        ("--serial", given.serial, recorded.serial),
+        ("--max-fail", given.max_fail, recorded.max_fail),
+        ("--tags", ",".join(given.tags) or None, ",".join(recorded.tags) or None),
+    ):
+        if now is not None and now != then:
+            raise BadInput(
+                f"{flag} {now} differs from the rollout being resumed "
+                f"({flag} {then or 'not given'})",
+                where=f"gpuboot install --resume {resume.run_id}",
+                hint=f"drop {flag}: `--resume` continues run {resume.run_id} with its own "
+                "settings; or start a new rollout without --resume",
+            )

@@ -39,7 +39,14 @@ def install_text(result, args) -> str:
     if rollout.stopped:
         text += f"\nrollout stopped: {rollout.stopped}"
     if rollout.failed or rollout.pending:
-        text += f"\nonce fixed: gpuboot install -i {args.inventory} --resume {result.run_id}"
+        from gpuboot.rollout import Settings, resume_command
+
+        again = (  # a dry run is re-run as a dry run: its hint must never change a node
+            Settings.from_record(rollout.settings).command(args.inventory, check=True)
+            if rollout.check
+            else resume_command(args.inventory, result.run_id)
+        )
+        text += f"\nonce fixed: {again}"
     if result.diff is not None:  # --diff: the differences per change set, then the table
         from gpuboot import diffview
 

@@ -43,7 +43,9 @@ def test_budget_is_spent_only_past_the_limit():
     assert not rollout.RolloutState("i", ["a"], 1, None, failed=["a"]).budget_spent
 
 
-def _record(runs, run_id, inventory, *, failed=(), converged=(), hosts=(), check=False):
+def _record(
+    runs, run_id, inventory, *, failed=(), converged=(), hosts=(), check=False, **kw
+):  # fmt: skip
     (runs / run_id).mkdir(parents=True)
     state = rollout.RolloutState(
         inventory=str(inventory.resolve()),
@@ -53,6 +55,7 @@ def _record(runs, run_id, inventory, *, failed=(), converged=(), hosts=(), check
         check=check,
         converged=list(converged),
         failed=list(failed),
+        **kw,
     )
     state.save(runs / run_id)
 
@@ -66,10 +69,10 @@ def test_resume_latest_redoes_failed_and_never_started_hosts(tmp_path, monkeypat
             converged=["n1"], failed=["n2"])  # fmt: skip
     _record(runs, "20260103T000000-install-cccccc", inv, hosts=["n1"], check=True)
     _record(runs, "20260104T000000-install-dddddd", other, hosts=["x"], failed=["x"])
-    run_id, redo = rollout.resume_hosts(inv, "latest")
-    assert run_id == "20260102T000000-install-bbbbbb"  # newest real run of this inventory
-    assert redo == ["n2", "n3"]
-    assert rollout.resume_hosts(inv, "20260101T000000-install-aaaaaa")[1] == ["n1"]
+    found = rollout.resume_from(inv, "latest")
+    assert found.run_id == "20260102T000000-install-bbbbbb"  # newest real run of this inventory
+    assert found.hosts == ["n2", "n3"]
+    assert rollout.resume_from(inv, "20260101T000000-install-aaaaaa").hosts == ["n1"]
 
 
 def test_resume_refuses_unknown_runs_and_other_inventories(tmp_path, monkeypatch):
@@ -77,11 +80,76 @@ def test_resume_refuses_unknown_runs_and_other_inventories(tmp_path, monkeypatch
     monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
     inv = tmp_path / "inv.yml"
     with pytest.raises(BadInput, match="no earlier install run"):
-        rollout.resume_hosts(inv, "latest")
+        rollout.resume_from(inv, "latest")
     _record(runs, "20260104T000000-install-dddddd", tmp_path / "other.yml", hosts=["x"])
     with pytest.raises(BadInput, match="not an install run"):
-        rollout.resume_hosts(inv, "20990101T000000-install-000000")
+        rollout.resume_from(inv, "20990101T000000-install-000000")
     with pytest.raises(BadInput, match=r"installed .*other\.yml"):
-        rollout.resume_hosts(inv, "20260104T000000-install-dddddd")
+        rollout.resume_from(inv, "20260104T000000-install-dddddd")
     saved = json.loads((runs / "20260104T000000-install-dddddd" / "rollout.json").read_text())
     assert saved["pending"] == ["x"]
+
+
+def test_a_later_run_that_converged_other_hosts_does_not_hide_a_stopped_rollout(
+    tmp_path, monkeypatch
+):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv = tmp_path / "inv.yml"
+    canary = rollout.Settings(serial="1", max_fail="0", tags=("driver",))
+    _record(runs, "20260101T000000-install-aaaaaa", inv, hosts=["n1", "n2", "n3"],
+            converged=["n1"], failed=["n2"], settings=canary.to_dict())  # fmt: skip
+    # the operator fixes n2 with `install --limit n2`: a complete run of its own
+    _record(runs, "20260102T000000-install-bbbbbb", inv, hosts=["n2"], converged=["n2"])
+    found = rollout.resume_from(inv, "latest")
+    assert found.run_id == "20260101T000000-install-aaaaaa"
+    assert found.hosts == ["n2", "n3"]
+    assert (found.batch_size, found.budget, found.settings) == (1, 0, canary)
+
+
+def test_a_rollout_continued_by_a_later_resume_is_not_resumed_again(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv = tmp_path / "inv.yml"
+    _record(runs, "20260101T000000-install-aaaaaa", inv, hosts=["n1", "n2"], failed=["n1"])
+    _record(runs, "20260102T000000-install-bbbbbb", inv, hosts=["n1", "n2"],
+            converged=["n1", "n2"], resumed_from="20260101T000000-install-aaaaaa")  # fmt: skip
+    found = rollout.resume_from(inv, "latest")
+    assert (found.run_id, found.hosts) == ("20260102T000000-install-bbbbbb", [])
+
+
+def test_a_check_run_is_never_resumed_and_the_hint_re_runs_it_as_a_check(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv = tmp_path / "inv.yml"
+    dry = rollout.Settings(limit="gpu", serial="10%")
+    _record(runs, "20260101T000000-install-aaaaaa", inv, hosts=["n1"], failed=["n1"],
+            check=True, settings=dry.to_dict())  # fmt: skip
+    with pytest.raises(BadInput) as exc:
+        rollout.resume_from(inv, "20260101T000000-install-aaaaaa")
+    assert "--check run" in str(exc.value)
+    assert exc.value.hint.endswith(f"gpuboot install -i {inv} --check --limit gpu --serial 10%")
+    with pytest.raises(BadInput, match="no earlier install run"):
+        rollout.resume_from(inv, "latest")  # a check run is no candidate either
+
+
+def test_a_resume_refuses_a_batch_size_other_than_the_recorded_one():
+    recorded = rollout.Resume("r1", ["n2"], 1, 0, rollout.Settings(serial="1", max_fail="0"))
+    rollout.check_resume_flags(recorded, rollout.Settings(serial="1"))  # the same: fine
+    rollout.check_resume_flags(recorded, rollout.Settings())  # not given: the record's
+    with pytest.raises(BadInput) as exc:
+        rollout.check_resume_flags(recorded, rollout.Settings(serial="100%"))
+    assert "--serial 100% differs" in str(exc.value) and "drop --serial" in exc.value.hint
+
+
+def test_settings_survive_a_record_and_spell_a_complete_command(tmp_path):
+    settings = rollout.Settings(
+        limit="rack1", tags=("driver", "cuda"), serial="2", max_fail="10%",
+        allow_reboot=True, kubeconfig="/etc/k 1", drain_timeout=900.0,
+    )  # fmt: skip
+    assert rollout.Settings.from_record(json.loads(json.dumps(settings.to_dict()))) == settings
+    assert rollout.Settings.from_record({"serial": 5, "tags": "x"}) == rollout.Settings()
+    assert settings.command("inv dir/hosts.yml") == (
+        "gpuboot install -i 'inv dir/hosts.yml' --limit rack1 --tags driver,cuda --serial 2 "
+        "--max-fail 10% --kubeconfig '/etc/k 1' --drain-timeout 900 --allow-reboot"
+    )
