@@ -20,7 +20,7 @@ from gpuboot.errors import GpubootError
 from gpuboot.evidence import packages
 from gpuboot.probes import Probe, node_probes, resolve_level
 from gpuboot.profiles import load_profile
-from gpuboot.remote import RemoteTimeout, run_with_deadline
+from gpuboot.remote import AnswerTooLarge, RemoteTimeout, run_with_deadline
 from gpuboot.runner import failure_reason, last_line
 
 # What a node's package manager answers: dpkg/apt on Debian (gpuboot.collect.PROBES), on
@@ -97,8 +97,8 @@ def collect_node(
 ) -> NodeEvidence:
     """Collect ``name``'s evidence through ``host`` (anything with testinfra's
     ``run(command)``), ``hostvars`` as the inventory's view derives them (Inventory.resolved).
-    Raises HostUnreachable, RemoteTimeout or NodeAnswerRejected, each naming the host: the
-    caller keeps it as that host's ERROR."""
+    Raises HostUnreachable, RemoteTimeout, AnswerTooLarge or NodeAnswerRejected, each naming
+    the host: the caller keeps it as that host's ERROR."""
     procfs = hostvars.get("gpuboot_procfs", "/proc")
     sysfs = hostvars.get("gpuboot_sysfs", "/sys")
     profile = load_profile(hostvars["gpuboot_profile"]) if "gpuboot_profile" in hostvars else None
@@ -111,16 +111,17 @@ def collect_node(
         cmd = run_with_deadline(
             host, script(procfs, sysfs, state, bandwidth), deadline, "evidence collection"
         )
-    except RemoteTimeout as exc:
+    except (RemoteTimeout, AnswerTooLarge) as exc:
         exc.where = name
         raise
     except Exception as exc:  # ssh failed (testinfra: RuntimeError carrying the script)
         raise HostUnreachable(f"unreachable: {failure_reason(exc)}", where=name) from None
-    if cmd.rc != 0 or not cmd.stdout.strip():
+    payload = cmd.stdout.strip()
+    if cmd.rc != 0 or not payload:
         why = last_line(cmd.stderr) or last_line(cmd.stdout) or f"exit {cmd.rc}"
         raise HostUnreachable(f"evidence collection failed (exit {cmd.rc}): {why}", where=name)
     try:
-        evidence = unpack(cmd.stdout.strip(), state, bandwidth)
+        evidence = unpack(payload, state, bandwidth)
     except NodeAnswerRejected as exc:
         exc.where = name
         raise

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot import transport
+from gpuboot.bundle.model import MAX_FILE_BYTES
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
     DNF_MODULE_LIST,
@@ -25,7 +26,7 @@ from gpuboot.evidence.packages import (
     installed_versions,
 )
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
-from gpuboot.remote import RemoteTimeout, run_with_deadline
+from gpuboot.remote import AnswerTooLarge, RemoteTimeout, run_with_deadline
 from gpuboot.report._util import host_key
 from gpuboot.runner import failure_reason, last_line
 from gpuboot.ui import host_ranges
@@ -131,8 +132,10 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
     streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
     query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
     try:
-        cmd = run_with_deadline(host, query, READ_TIMEOUT_S, "reading installed packages")
-    except RemoteTimeout as exc:
+        cmd = run_with_deadline(
+            host, query, READ_TIMEOUT_S, "reading installed packages", max_bytes=MAX_FILE_BYTES
+        )
+    except (RemoteTimeout, AnswerTooLarge) as exc:
         return {"host": name, "error": exc.message}
     except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
         return _unreachable(name, exc)
