@@ -246,7 +246,7 @@ def test_the_transport_is_built_from_the_checked_inventory(tmp_path):
     assert b.NAME == "ssh"
     assert (b.host.name, b.host.user, b.host.port) == ("10.0.0.5", "ops", "2222")
     assert b.ssh_identity_file == "/keys/id"
-    assert "-o StrictHostKeyChecking=yes" in b.ssh_extra_args
+    assert b.options.words == ("-o", "StrictHostKeyChecking=yes")
     para = transport.connect("gpu1", {**hostvars, "ansible_connection": "paramiko"}, tmp_path)
     assert para.backend.NAME == "ansible" and para.backend.force_ansible is True
 

@@ -167,6 +167,7 @@ def test_usual_connection_settings_are_accepted(tmp_path):
         "    ansible_ssh_common_args: >-\n"
         "      -o UserKnownHostsFile=/srv/lab/known_hosts -o StrictHostKeyChecking=yes\n"
         '      -o ProxyCommand="ssh -W %h:%p -q jump.example.internal"\n'
+        "    gpuboot_allow_ssh_options: [ProxyCommand]\n"  # a local command: allowed by name
         "  hosts:\n"
         "    gpu-h100-001.dc1: {ansible_host: 10.0.0.5, ansible_port: '2222'}\n"
         "    gpu_h100_002: {ansible_host: 'fd00::12', ansible_port: 22}\n"
