@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -45,7 +46,7 @@ class Started:
 @pytest.fixture
 def started(monkeypatch):
     Started.calls = []
-    monkeypatch.setattr(transport.subprocess, "Popen", Started)
+    monkeypatch.setattr(subprocess, "Popen", Started)  # testinfra's shell line would come here too
     return Started.calls
 
 
@@ -136,11 +137,11 @@ def test_a_hostile_ansible_cfg_runs_nothing_on_the_controller(tmp_path, monkeypa
         f"{marker}-tick`\n"
     )
     monkeypatch.chdir(work)
-    monkeypatch.setenv("ANSIBLE_SSH_EXTRA_ARGS", f"-o X=y && touch {marker}-env")
+    monkeypatch.setenv("ANSIBLE_SSH_EXTRA_ARGS", f"-o X=y; touch {marker}-env; #")
     host = transport.connect("gpu1", {"ansible_host": "10.0.0.5"}, Path("/inv.yml"))
     out = host.run("echo $HOME; touch /tmp/on-the-node")
+    assert not list(tmp_path.glob("ran-on-the-controller*")), "a shell ran ansible.cfg's words"
     assert out.rc == 0 and out.stdout == "answered\n"
-    assert not list(tmp_path.glob("ran-on-the-controller*"))
     [argv] = [json.loads(line) for line in record.read_text().splitlines()]
     assert argv[-3:] == ["--", "10.0.0.5", "echo $HOME; touch /tmp/on-the-node"]
     assert "X=y" not in argv and "ControlMaster=no" not in argv

@@ -12,7 +12,7 @@ import pytest
 
 from gpuboot import cli
 from gpuboot.errors import ConfigError
-from gpuboot.inventory import connection, load_inventory
+from gpuboot.inventory import load_inventory
 from gpuboot.inventory.connection import check_connection
 
 INV = Path("/srv/inv/site.yml")
@@ -21,7 +21,16 @@ GOOD_VARS = (
     'nvidia_driver_branch: "550"\n'
     'nvidia_driver_version: "550.54.15-1"\n'
 )
-AMBIENT = (*connection.SSH_ARG_ENV, *connection.PROGRAM_ENV, "ANSIBLE_CONFIG")
+AMBIENT = (
+    "ANSIBLE_SSH_ARGS",
+    "ANSIBLE_SSH_COMMON_ARGS",
+    "ANSIBLE_SSH_EXTRA_ARGS",
+    "ANSIBLE_SCP_EXTRA_ARGS",
+    "ANSIBLE_SFTP_EXTRA_ARGS",
+    "ANSIBLE_SSH_EXECUTABLE",
+    "ANSIBLE_PARAMIKO_PROXY_COMMAND",
+    "ANSIBLE_CONFIG",
+)
 
 
 @pytest.fixture(autouse=True)
