@@ -92,6 +92,113 @@ def test_ssh_args_from_the_inventory_never_reach_a_controller_shell(lab2, tmp_pa
     assert "ansible_ssh_common_args" in proc.stderr and "node1" in proc.stderr
 
 
+def _gpuboot_in(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuboot.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env={**os.environ, **env},
+    )
+
+
+def _reached_every_node(verb: str, proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode in (0, 1), proc.stderr
+    nodes = json.loads(proc.stdout)["nodes"]
+    assert sorted(n["host"] for n in nodes) == ["node1", "node2"]
+    if verb == "certify":  # each node's evidence came over its ssh
+        for node in nodes:
+            assert not any("evidence collection" in f["reason"] for f in node["findings"]), node
+
+
+@pytest.mark.parametrize("verb", ["plan", "certify"])
+def test_a_command_in_the_working_directory_s_ansible_cfg_is_refused(lab2, tmp_path, verb):
+    """testinfra read ./ansible.cfg and handed its ssh_args to ssh: a ProxyCommand there
+    ran on the controller. Now: exit 2 naming the file and the option, no host touched."""
+    marker = tmp_path / "ran-on-the-controller"
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    (work / "ansible.cfg").write_text(
+        f"[ssh_connection]\nssh_args = -o ProxyCommand=touch {marker}\n"
+    )
+    proc = _gpuboot_in(work, verb, "-i", str(lab2.inventory), "--json")
+    assert not marker.exists(), f"{verb} ran ./ansible.cfg's ProxyCommand on the controller"
+    assert proc.returncode == 2, proc.stderr
+    assert str(work / "ansible.cfg") in proc.stderr and "ProxyCommand" in proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["plan", "certify"])
+def test_shell_syntax_in_the_working_directory_s_ansible_cfg_reaches_no_shell(lab2, tmp_path, verb):
+    """testinfra pasted ./ansible.cfg's ssh_args into a shell line: `; touch` ran. Now ssh
+    takes the node's options from the inventory only, and the run reaches every node."""
+    marker = tmp_path / "ran-on-the-controller"
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    (work / "ansible.cfg").write_text(
+        f"[ssh_connection]\nssh_args = -o ConnectTimeout=5 ; touch {marker}\n"
+    )
+    args = ["--probes", "none"] if verb == "certify" else []
+    proc = _gpuboot_in(work, verb, "-i", str(lab2.inventory), "--json", *args)
+    assert not marker.exists(), f"{verb} ran ./ansible.cfg's words in a controller shell"
+    _reached_every_node(verb, proc)
+
+
+def test_a_world_writable_directory_s_ansible_cfg_is_ignored(lab2, tmp_path):
+    """Ansible ignores an ansible.cfg anyone could have written; testinfra read it."""
+    marker = tmp_path / "ran-on-the-controller"
+    work = tmp_path / "shared"
+    work.mkdir()
+    work.chmod(0o777)
+    (work / "ansible.cfg").write_text(
+        f"[ssh_connection]\nssh_args = -o ProxyCommand=touch {marker}\n"
+    )
+    proc = _gpuboot_in(work, "certify", "-i", str(lab2.inventory), "--probes", "none", "--json")
+    assert not marker.exists(), "certify ran a world-writable ansible.cfg's ProxyCommand"
+    _reached_every_node("certify", proc)
+
+
+@pytest.mark.parametrize(
+    ("verb", "var"),
+    [
+        ("plan", "ANSIBLE_SSH_ARGS"),
+        ("certify", "ANSIBLE_SSH_COMMON_ARGS"),
+        ("certify", "ANSIBLE_SSH_EXTRA_ARGS"),
+    ],
+)
+def test_a_command_in_the_ssh_environment_is_refused(lab2, tmp_path, verb, var):
+    marker = tmp_path / "ran-on-the-controller"
+    env = {var: f"-o ProxyCommand=touch {marker}"}
+    proc = _gpuboot_in(tmp_path, verb, "-i", str(lab2.inventory), "--json", **env)
+    assert not marker.exists(), f"{verb} ran {var}'s ProxyCommand on the controller"
+    assert proc.returncode == 2, proc.stderr
+    assert var in proc.stderr and "ProxyCommand" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("ansible_ssh_common_args", "-o ProxyCommand=touch {marker}"),
+        ("ansible_ssh_extra_args", "-oLocalCommand=touch {marker} -oPermitLocalCommand=yes"),
+        ("ansible_ssh_common_args", "-o KnownHostsCommand=/usr/bin/touch {marker}"),
+        ("ansible_ssh_executable", "{marker}-ssh"),
+    ],
+)
+def test_an_ssh_option_that_runs_a_command_is_refused_from_the_inventory(
+    lab2, tmp_path, var, value
+):
+    """They passed the inventory's "no shell syntax" check and ran on the controller."""
+    marker = tmp_path / "ran-on-the-controller"
+    fake_ssh = tmp_path / "ran-on-the-controller-ssh"
+    fake_ssh.write_text(f'#!/bin/sh\ntouch {marker}\nexec ssh "$@"\n')
+    fake_ssh.chmod(0o755)
+    path = _inventory_copy(lab2, tmp_path, **{var: value.format(marker=marker)})
+    proc = gpuboot("certify", "-i", str(path), "--probes", "none", "--json")
+    assert not marker.exists(), f"certify ran {var} on the controller"
+    assert proc.returncode == 2, proc.stderr
+    assert f"node1.{var}" in proc.stderr and "gpuboot_allow_ssh_options" in proc.stderr
+
+
 def test_relative_inventory_path_reaches_the_inventory_hosts(lab2, tmp_path):
     """ansible-runner runs in its private data dir: a relative -i used to load nothing
     there, and the play went to the host *names* through DNS."""
