@@ -1,0 +1,352 @@
+"""`gpuboot remediate` and `scan --remediate`: the ladder (gpuboot.remediate.ladder) run on
+each failing node with the real steps injected.
+
+A step on a cluster node first reads the node (another tool's marker or a human's cancel
+since the climb began: stop), passes the disruption gate (gpuboot.k8s.budget) and holds
+the node's Lease (gpuboot.k8s.lease) until the certify after it is done; without a
+kubeconfig no cluster step is taken (a reboot drains nothing, nothing is labelled). Each
+step is appended to the remediation history and, on a cluster node, to its actions
+annotation. Nodes are remediated one at a time: a step takes a node out of service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuboot.errors import GpubootError
+from gpuboot.inventory import Inventory, load_inventory, select_hosts
+from gpuboot.remediate import cluster, plays, record
+from gpuboot.remediate import ladder as LD
+from gpuboot.remediate.fault import fault_of
+from gpuboot.results import NodeReport, RunReport
+from gpuboot.verdict import Status
+
+CERTIFY_TIMEOUT_S = 600.0  # a node back from a reboot may need minutes to load its driver
+CERTIFY_RETRY_S = 15.0
+EXIT_OK, EXIT_FAILING, EXIT_BROKE = 0, 1, 3
+
+
+@dataclass
+class NodeRemediation:
+    host: str
+    node: str  # the Kubernetes node name (the host, outside a cluster)
+    climb: LD.Climb
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.climb.fault
+        return {
+            "host": self.host,
+            "node": self.node,
+            "fault": {
+                "key": f.key,
+                "rules": list(f.rules),
+                "bucket": f.bucket,
+                "gpus": list(f.gpus),
+            },
+            "skipped": self.climb.skipped,
+            "steps": [s.to_dict() for s in self.climb.steps],
+            "outcome": self.climb.outcome,
+        }
+
+
+@dataclass
+class RemediationResult:
+    nodes: list[NodeRemediation] = field(default_factory=list)
+    dry_run: bool = False
+    history: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0: every remediated node passed (or nothing to do); 1: a node still fails, was
+        quarantined, held or skipped; 3: a step could not judge (the harness broke)."""
+        outcomes = [n.climb.outcome for n in self.nodes]
+        if any(o == LD.UNKNOWN for o in outcomes):
+            return EXIT_BROKE
+        if self.dry_run or all(o == LD.PASSED for o in outcomes):
+            return EXIT_OK
+        return EXIT_FAILING
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "history": str(self.history) if self.history else None,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "exit_code": self.exit_code,
+        }
+
+
+@dataclass
+class Cluster:
+    api: Any  # gpuboot.k8s.gate.Api
+    limits: Any  # gpuboot.k8s.budget.Limits | None
+    kubeconfig: str
+    context: str | None
+    sign_key: Path | None
+
+
+class Steps:
+    """The steps of one node, as ``ladder.climb`` calls them: (result, detail)."""
+
+    def __init__(
+        self,
+        inv: Inventory,
+        host: str,
+        name: str,
+        fault: LD.Fault,
+        *,
+        cluster_: Cluster | None,
+        history: Path,
+        certify_timeout_s: float,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.inv, self.host, self.name, self.fault = inv, host, name, fault
+        self.cluster, self.history = cluster_, history
+        self.certify_timeout_s, self.progress = certify_timeout_s, progress
+
+    def __call__(self, step: str) -> tuple[str, str]:
+        self.progress(f"{self.host}: {step}")
+        if self.cluster is None:
+            result, detail = self._step(step)
+        else:
+            result, detail = self._cluster_step(step)
+        rec = {**record.entry(step, result, self.fault.key), "host": self.host, "detail": detail}
+        record.append(self.history, [rec])
+        if self.cluster is not None and result != LD.HELD:
+            with contextlib.suppress(
+                self.cluster.api.api_error, *self.cluster.api.transport_errors
+            ):
+                if step != LD.QUARANTINE:  # the quarantine wrote its own mark
+                    cluster.mark(self.cluster.api, self.name, step, result, self.fault.key, detail)
+        return result, detail
+
+    def _cluster_step(self, step: str) -> tuple[str, str]:
+        from gpuboot.k8s import lease, ownership
+        from gpuboot.k8s.gate import describe
+
+        api = self.cluster.api  # type: ignore[union-attr]
+        try:
+            node = cluster.read_node(api, self.name)
+            why = ownership.foreign_marker(node) or ownership.cancelled(node)
+            if why:
+                return LD.HELD, f"not touched: {why}"
+            held_back = cluster.admit(api, self.name, self.cluster.limits)  # type: ignore[union-attr]
+            if step == LD.QUARANTINE:
+                changes = cluster.quarantine(
+                    api, self.name, self.fault.key, self._why(), take_out=held_back is None
+                )
+                return LD.DONE, "; ".join(changes)
+            if held_back:
+                return LD.HELD, f"held back by the disruption gate: {held_back}"
+            with lease.held(api, self.name):
+                return self._step(step)
+        except lease.LeaseHeld as exc:
+            return LD.HELD, f"another remediator holds the node's Lease: {exc.holder}"
+        except (api.api_error, *api.transport_errors, ValueError) as exc:
+            return LD.HELD, f"nothing done: {describe(exc, api)}"
+
+    def _why(self) -> str:
+        return f"{self.fault.key} ({', '.join(self.fault.rules) or 'no rule'})"
+
+    def _step(self, step: str) -> tuple[str, str]:
+        try:
+            if step == LD.QUARANTINE:
+                return LD.DONE, "recorded in the remediation history (no cluster)"
+            done = {
+                LD.RECONCILE: self._reconcile,
+                LD.RESET: self._reset,
+                LD.REBOOT: self._reboot,
+                LD.REINSTALL: self._reinstall,
+            }[step]()
+        except GpubootError as exc:
+            return LD.FAILED, f"{step} broke: {exc}"
+        if done:
+            return LD.FAILED, done
+        return self._certify()
+
+    def _install(self, **kw: Any) -> str | None:
+        from gpuboot.install import Drain, install
+        from gpuboot.runner import broken_hosts
+
+        drain = None
+        if self.cluster is not None:
+            drain = Drain(kubeconfig=self.cluster.kubeconfig, context=self.cluster.context)
+        result = install(str(self.inv.path), limit=self.host, drain=drain, **kw)
+        if broken_hosts(result.hosts):
+            r = result.hosts[self.host]
+            return f"install failed at {r.failed_task or r.task}: {r.reason}"
+        return None
+
+    def _reconcile(self) -> str | None:
+        from gpuboot.ids import remediation
+
+        tags = tuple(r for r in self.fault.rules if remediation(r)["fix_tasks"])
+        return self._install(tags=tags)
+
+    def _reinstall(self) -> str | None:
+        return self._install(full=True, allow_reboot=True)
+
+    def _reset(self) -> str | None:
+        played = plays.reset_gpus(self.inv, self.host, self.fault.gpus)
+        if played.status in ("failed", "unreachable"):
+            return f"GPU reset failed at {played.failed_task or played.task}: {played.reason}"
+        return None
+
+    def _reboot(self) -> str | None:
+        if self.cluster is not None:
+            from gpuboot.k8s.drain import drain
+
+            out = drain(
+                [self.host],
+                kubeconfig=self.cluster.kubeconfig,
+                context=self.cluster.context,
+                node_names={self.host: self.name},
+            )[self.host]
+            if out.error:
+                return f"not rebooted: the drain failed: {out.error}"
+        played = plays.reboot(self.inv, self.host, self._why())
+        if played.status in ("failed", "unreachable"):
+            return f"reboot failed at {played.failed_task or played.task}: {played.reason}"
+        return None
+
+    def _certify(self) -> tuple[str, str]:
+        """A fresh certify of the node: PASS (or WARN) -> passed; FAIL -> failed; ERROR is
+        tried again until the timeout (a node still booting), then unknown."""
+        from gpuboot import certify
+
+        deadline = time.monotonic() + self.certify_timeout_s
+        while True:
+            report = certify.certify(self.inv, limit=self.host)
+            node = report.nodes[0]
+            if node.verdict in (Status.PASS, Status.WARN):
+                return LD.PASSED, self._back_in_service(report)
+            if node.verdict == Status.FAIL:
+                rules = sorted(node.failing())
+                return LD.FAILED, f"certify after it: FAIL ({', '.join(rules)})"
+            if time.monotonic() + CERTIFY_RETRY_S > deadline:
+                return (
+                    LD.UNKNOWN,
+                    f"certify could not judge the node within {self.certify_timeout_s:.0f} s",
+                )
+            time.sleep(CERTIFY_RETRY_S)
+
+    def _back_in_service(self, report: RunReport) -> str:
+        if self.cluster is None:
+            return f"certified (run {report.run_id})"
+        if self.cluster.sign_key is None:
+            return (
+                f"certified (run {report.run_id}); not returned to service without a signing "
+                f"key: gpuboot certify -i {self.inv.path} --limit {self.host} "
+                f"--kubeconfig {self.cluster.kubeconfig} --sign-key KEY"
+            )
+        from gpuboot.cli.gate import certificates
+        from gpuboot.k8s import apply_gate
+        from gpuboot.report import write_reports
+
+        assert report.run_dir is not None
+        written = write_reports(report, report.run_dir / "reports", key_path=self.cluster.sign_key)
+        actions = apply_gate(
+            report,
+            certificates=certificates(written),
+            kubeconfig=self.cluster.kubeconfig,
+            context=self.cluster.context,
+            node_names={self.host: self.name},
+        )
+        errors = [a.error for a in actions if a.error]
+        if errors:
+            return f"certified (run {report.run_id}); the gate could not release it: {errors[0]}"
+        return f"certified (run {report.run_id}) and back in service"
+
+
+def run_ladder(
+    inventory: str | Path | Inventory,
+    *,
+    limit: str | None = None,
+    report: RunReport | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    limits: Any = None,
+    dry_run: bool = False,
+    progress: Callable[[str], None] = lambda _m: None,
+    sign_key: Path | None = None,
+    history: Path | None = None,
+    certify_timeout_s: float = CERTIFY_TIMEOUT_S,
+) -> RemediationResult:
+    """Remediate the failing nodes of ``report`` (None: certify the selection first).
+    ``sign_key``: certificates for the nodes that pass, so the gate returns them to service.
+    """
+    from gpuboot import certify
+
+    inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+    hosts = select_hosts(inv, limit)  # a bad --limit is refused before any host
+    api = None
+    if kubeconfig:
+        from gpuboot.k8s.gate import connect
+
+        api = connect(kubeconfig, context)  # an unusable kubeconfig: bad input, nothing touched
+    history = history or record.default_history()
+    if report is None:
+        report = certify.certify(inv, limit=",".join(hosts), progress=progress)
+    names = inv.k8s_node_names()
+    records = record.read(history)
+    out = RemediationResult(dry_run=dry_run, history=history)
+    for node in report.nodes:
+        if node.host not in hosts:
+            continue
+        fault = fault_of(node, report.bundle)
+        if fault is None:
+            continue
+        name = names.get(node.host, node.host)
+        facts, past = _standing(api, name, node, records)
+        cl = None if api is None else Cluster(api, limits, kubeconfig, context, sign_key)  # type: ignore[arg-type]
+        if dry_run:
+            do: Callable[[str], tuple[str, str]] = _would
+        else:
+            do = Steps(
+                inv,
+                node.host,
+                name,
+                fault,
+                cluster_=cl,
+                history=history,
+                certify_timeout_s=certify_timeout_s,
+                progress=progress,
+            )
+        out.nodes.append(
+            NodeRemediation(node.host, name, LD.climb(facts, fault, past, time.time(), do))
+        )
+    return out
+
+
+def _would(_step: str) -> tuple[str, str]:
+    return LD.WOULD, ""
+
+
+def _standing(
+    api: Any, name: str, node: NodeReport, records: list[dict[str, Any]]
+) -> tuple[LD.Facts, list[LD.Past]]:
+    """The node's facts and past steps: the history file's, and the node's own annotation
+    and labels on a cluster (an unreadable node: nothing is done to it)."""
+    past = record.past_of(node.host, records)
+    quarantined = any(p.step == LD.QUARANTINE for p in LD.since_release(past))
+    if api is None:
+        return LD.Facts(quarantined=quarantined), past
+    from gpuboot.k8s import labels as L
+    from gpuboot.k8s import ownership
+    from gpuboot.k8s.gate import describe
+
+    try:
+        k8s_node = cluster.read_node(api, name)
+    except (api.api_error, *api.transport_errors, ValueError) as exc:
+        return LD.Facts(unreadable=describe(exc, api)), past
+    state = cluster.meta(k8s_node, "labels").get(L.LABEL_STATE)
+    facts = LD.Facts(
+        quarantined=quarantined or state == L.STATE_QUARANTINED,
+        foreign=ownership.foreign_marker(k8s_node),
+        cancelled=ownership.cancelled(k8s_node),
+    )
+    return facts, record.merged(past, record.past_of_node(k8s_node))
