@@ -11,8 +11,9 @@ nothing held back is replayed.
 Only FAIL counts: ERROR (the harness could not judge) and unknown never do. "The same reason" is
 the finding's text with what differs from node to node normalised away: host names, PCI
 addresses, GPU UUIDs, GPU indexes and other numbers (an Xid or SXid code names the fault, so it
-is kept). The open breakers live in ``$GPUBOOT_HOME/breaker.json``, replaced atomically under a
-lock; a state file that cannot be read is an error naming the fix, never taken as "closed".
+is kept). The open breakers live beside the scan history they judge (``$GPUBOOT_HOME/breaker.json``
+for the default one: state_for), replaced atomically under a lock; a state file that cannot be
+read is an error naming the fix, never taken as "closed".
 """
 
 from __future__ import annotations
@@ -168,9 +169,70 @@ def holds(report: RunReport, open_rules: Mapping[str, Trip]) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class RunBreaker:
+    """What the breaker made of one run: this run's trips, the breakers open after it (and
+    which it opened), the nodes held back."""
+
+    state: Path
+    trips: Mapping[str, Trip]  # rule -> this run's trip
+    open: Mapping[str, Trip]  # rule -> the trip that opened it (this run's or an earlier one)
+    opened: tuple[str, ...]
+    held: Mapping[str, str]  # host -> why (holds)
+
+    def alerts(self) -> list[str]:
+        """One line per open breaker, in this run's numbers where it tripped again."""
+        lines = []
+        for rule, first in sorted(self.open.items()):
+            line = self.trips.get(rule, first).alert()
+            if rule not in self.opened:
+                line += f" (open since {first.opened_at}, run {first.run_id or 'unknown'})"
+            lines.append(line)
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": str(self.state),
+            "opened": list(self.opened),
+            "open": [t.to_dict() for _r, t in sorted(self.open.items())],
+            "alerts": self.alerts(),
+            "held": dict(self.held),
+        }
+
+
+def after_run(
+    report: RunReport, state: BreakerState | None = None, *, now: datetime | None = None
+) -> RunBreaker:
+    """Open the breakers this run's correlated failures trip; what that leaves open and
+    which nodes it holds back."""
+    state = state or BreakerState()
+    trips = correlated(report, now=now)
+    opened = state.trip(trips)
+    open_rules = state.open_rules()
+    return RunBreaker(
+        state=state.path,
+        trips={t.rule: t for t in trips},
+        open=open_rules,
+        opened=tuple(t.rule for t in opened),
+        held=holds(report, open_rules),
+    )
+
+
 # ------------------------------------------------------------------ the state file
 def default_path() -> Path:
     return paths.home() / STATE_NAME
+
+
+def state_for(history: Path | None) -> Path:
+    """The breaker state of the fleet a scan history records: ``$GPUBOOT_HOME/breaker.json``
+    beside the default history, ``<history>.breaker.json`` beside any other (two fleets
+    scanned into two histories, or a test's own history, do not share breakers)."""
+    from gpuboot.scan import default_history
+
+    if history is None or Path(history).resolve() == default_history().resolve():
+        return default_path()
+    history = Path(history).resolve()
+    return history.with_name(f"{history.name}.breaker.json")
 
 
 class BreakerState:

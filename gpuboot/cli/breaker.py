@@ -3,6 +3,7 @@ for one reason (gpuboot.breaker)."""
 
 from __future__ import annotations
 
+from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome
 
 EPILOG = (
@@ -21,26 +22,30 @@ def register(verbs, common) -> None:
     actions = bk.add_subparsers(dest="breaker_action", parser_class=type(bk))
     actions.add_parser(
         "status",
-        parents=[common],
+        parents=[common, options.history()],
         help="the open breakers: rule, shared reason, nodes, since when (the default)",
         epilog=EPILOG,
     )
     reset = actions.add_parser(
         "reset",
-        parents=[common],
+        parents=[common, options.history()],
         help="close breakers once their cause is fixed: the next scan judges afresh "
         "(nothing held back is replayed)",
         epilog=EPILOG,
     )
     reset.add_argument("--rule", metavar="ID", help="close this rule's breaker (default: all)")
     reset.add_argument("--reason", metavar="TEXT", help="why: kept in the breaker's record")
-    bk.set_defaults(func=run, breaker_action="status")
+    # --history on the actions only: a subparser's default would override the verb's value
+    bk.set_defaults(func=run, breaker_action="status", history=None)
 
 
 def run(args) -> Outcome:
-    from gpuboot.breaker import BreakerState
+    from pathlib import Path
 
-    state = BreakerState()
+    from gpuboot.breaker import BreakerState, state_for
+
+    # the breakers of the fleet that scan history records (the scan keeps them beside it)
+    state = BreakerState(state_for(Path(args.history) if args.history else None))
     if args.breaker_action == "reset":
         return _reset(state, args.rule, args.reason)
     return _status(state)

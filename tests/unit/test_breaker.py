@@ -246,3 +246,12 @@ def test_an_unreadable_state_is_set_aside_only_when_asked(tmp_path):
     aside = state.set_aside_unreadable(now=NOW)
     assert aside == tmp_path / "breaker.json.unreadable-2026-11-27T100000Z"
     assert aside.read_text() == "{torn" and state.open_rules() == {}
+
+
+def test_the_state_lives_beside_the_scan_history_it_judges(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    home = (tmp_path / "home").resolve()
+    assert breaker.state_for(None) == home / "breaker.json"
+    assert breaker.state_for(home / "scan-history.jsonl") == home / "breaker.json"
+    other = tmp_path / "fleet-b" / "h.jsonl"
+    assert breaker.state_for(other) == other.resolve().with_name("h.jsonl.breaker.json")
