@@ -80,6 +80,10 @@ class RemediationResult:
         }
 
 
+class Held(Exception):
+    """The step was not taken: the drain before a reboot was refused (budget, ownership)."""
+
+
 @dataclass
 class Cluster:
     api: Any  # gpuboot.k8s.gate.Api
@@ -144,6 +148,8 @@ class Steps:
                 return LD.HELD, f"held back by the disruption gate: {held_back}"
             with lease.held(api, self.name):
                 return self._step(step)
+        except Held as exc:
+            return LD.HELD, str(exc)
         except lease.LeaseHeld as exc:
             return LD.HELD, f"another remediator holds the node's Lease: {exc.holder}"
         except (api.api_error, *api.transport_errors, ValueError) as exc:
@@ -205,7 +211,10 @@ class Steps:
                 kubeconfig=self.cluster.kubeconfig,
                 context=self.cluster.context,
                 node_names={self.host: self.name},
+                limits=self.cluster.limits,
             )[self.host]
+            if out.held:
+                raise Held(f"not rebooted: the drain was held back: {out.held}")
             if out.error:
                 return f"not rebooted: the drain failed: {out.error}"
         played = plays.reboot(self.inv, self.host, self._why())

@@ -1,0 +1,183 @@
+"""run_ladder with the node-side steps replaced (no host is reached): --dry-run touches
+nothing, ERROR is never remediated, each step and its certify is recorded and read back
+by the next run (the same fault climbs), and on a cluster (the fake API) the disruption
+gate and another tool's marker hold a step back while the node's labels and bounded
+actions annotation follow the climb."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gpuboot import certify
+from gpuboot.k8s import labels as L
+from gpuboot.remediate import ladder as LD
+from gpuboot.remediate import plays, record
+from gpuboot.remediate import run as R
+from gpuboot.results import RunReport
+from gpuboot.runner import HostResult
+from gpuboot_lab.kubeapi import FakeApiServer, node
+
+PINS = "{gpuboot_profile: hgx-h100-sxm-8gpu, nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1}"  # noqa: E501
+XID79 = (
+    "[    0.000000] Linux version 6.1.0-27-amd64\n"
+    "[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus.\n"
+)
+
+
+def _inventory(tmp_path, hosts=("n1", "n2")):
+    path = tmp_path / "inv.yml"
+    body = "".join(f"    {h}: {{ansible_host: 192.0.2.{i + 1}}}\n" for i, h in enumerate(hosts))
+    path.write_text(f"all:\n  vars: {PINS}\n  hosts:\n{body}")
+    return path
+
+
+def _report(tmp_path, verdicts: dict[str, str]) -> RunReport:
+    bundle = tmp_path / "bundle"
+    nodes = []
+    for host, verdict in verdicts.items():
+        (bundle / host).mkdir(parents=True, exist_ok=True)
+        if verdict == "FAIL":
+            (bundle / host / "dmesg.txt").write_text(XID79)
+        finding = {"rule": "XID-001", "title": "t", "status": verdict, "reason": "r", "action": ""}
+        nodes.append({"host": host, "verdict": verdict, "findings": [finding]})
+    return RunReport.from_dict({"run_id": "r1", "bundle": str(bundle), "nodes": nodes})
+
+
+@pytest.fixture
+def steps(guard, monkeypatch, tmp_path):
+    """The reboot play and the certify after it, scripted: reboots asked, verdicts given."""
+    done = {"reboots": [], "verdicts": []}
+
+    def reboot(inv, host, reason):
+        done["reboots"].append(host)
+        return HostResult(host=host, ok=3, changed=1)
+
+    def fake_certify(inv, *, limit=None, **_kw):
+        verdict = done["verdicts"].pop(0)
+        return _report(tmp_path / f"c{len(done['verdicts'])}", {limit: verdict})
+
+    monkeypatch.setattr(plays, "reboot", reboot)
+    monkeypatch.setattr(certify, "certify", fake_certify)
+    monkeypatch.setattr(R, "CERTIFY_RETRY_S", 0.0)
+    return done
+
+
+def test_a_dry_run_shows_the_ladder_and_touches_nothing(guard, tmp_path):
+    out = R.run_ladder(_inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), dry_run=True)
+    (n1,) = out.nodes
+    assert [s.step for s in n1.climb.steps] == ["reboot", "reinstall", "quarantine"]
+    assert {s.result for s in n1.climb.steps} == {LD.WOULD} and out.exit_code == 0
+    assert guard == [] and not record.default_history().exists()
+
+
+def test_pass_and_error_nodes_are_not_remediated(guard, tmp_path):
+    report = _report(tmp_path, {"n1": "PASS", "n2": "ERROR"})
+    out = R.run_ladder(_inventory(tmp_path), report=report)
+    assert out.nodes == [] and out.exit_code == 0 and guard == []
+
+
+def test_a_reboot_that_certifies_ends_it_and_the_same_fault_later_climbs(
+    steps, tmp_path, monkeypatch
+):
+    inv = _inventory(tmp_path)
+    steps["verdicts"] = ["PASS"]
+    first = R.run_ladder(inv, report=_report(tmp_path / "a", {"n1": "FAIL"}))
+    assert [(s.step, s.result) for s in first.nodes[0].climb.steps] == [("reboot", "passed")]
+    assert first.exit_code == 0 and steps["reboots"] == ["n1"]
+    (rec,) = record.read(record.default_history())
+    assert (rec["host"], rec["step"], rec["fault"]) == ("n1", "reboot", "xid:79@0000:3b:00")
+    # the same fault back: reinstall (scripted to fail here), then quarantine
+    calls = []
+    steps["verdicts"] = ["FAIL"]
+    monkeypatch.setattr(R.Steps, "_reinstall", lambda self: calls.append(self.host))
+    second = R.run_ladder(inv, report=_report(tmp_path / "b", {"n1": "FAIL"}))
+    got = [(s.step, s.result) for s in second.nodes[0].climb.steps]
+    assert got == [("reinstall", "failed"), ("quarantine", "done")] and calls == ["n1"]
+    assert second.exit_code == 1
+    # quarantined: nothing more
+    third = R.run_ladder(inv, report=_report(tmp_path / "c", {"n1": "FAIL"}))
+    assert third.nodes[0].climb.skipped.startswith("quarantined")
+    assert steps["reboots"] == ["n1"]
+
+
+def test_a_certify_that_cannot_judge_is_unknown_not_a_climb(steps, tmp_path):
+    steps["verdicts"] = ["ERROR", "ERROR"]
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), certify_timeout_s=0.0
+    )
+    assert [(s.step, s.result) for s in out.nodes[0].climb.steps] == [("reboot", "unknown")]
+    assert out.exit_code == 3
+
+
+@pytest.fixture
+def api(tmp_path):
+    server = FakeApiServer().start()
+    server.kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_on_a_cluster_each_step_is_marked_and_a_pass_clears_the_state(steps, api, tmp_path):
+    api.add(node("n1"))
+    api.add(node("n2"))
+    steps["verdicts"] = ["PASS"]
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    (step,) = out.nodes[0].climb.steps
+    assert (step.step, step.result) == ("reboot", "passed") and steps["reboots"] == ["n1"]
+    assert "not returned to service without a signing key" in step.detail
+    meta = api.nodes["n1"]["metadata"]
+    assert L.LABEL_STATE not in meta["labels"]
+    (action,) = json.loads(meta["annotations"][L.ANNOTATION_ACTIONS])
+    assert (action["step"], action["result"]) == ("reboot", "passed")
+
+
+def test_the_disruption_gate_holds_a_step_back(steps, api, tmp_path):
+    from gpuboot.k8s.budget import Limits
+
+    api.add(node("n1"))
+    api.add(node("n2", unschedulable=True))  # someone else's cordon: the one allowed out
+    out = R.run_ladder(
+        _inventory(tmp_path),
+        report=_report(tmp_path, {"n1": "FAIL"}),
+        kubeconfig=api.kubeconfig,
+        limits=Limits(max_unavailable="1"),
+    )
+    (step,) = out.nodes[0].climb.steps
+    assert step.result == LD.HELD and "disruption gate" in step.detail
+    assert steps["reboots"] == [] and out.exit_code == 1
+    assert L.ANNOTATION_ACTIONS not in api.nodes["n1"]["metadata"]["annotations"]
+
+
+def test_another_tools_node_is_skipped(steps, api, tmp_path):
+    api.add(node("n1", labels={L.LABEL_MANAGED: "false"}))
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    assert out.nodes[0].climb.skipped.startswith("owned by another tool")
+    assert steps["reboots"] == [] and api.calls("PATCH") == []
+
+
+def test_quarantine_on_a_cluster_labels_the_node_for_hardware_work(steps, api, tmp_path):
+    api.add(node("n1"))
+    api.add(node("n2"))
+    for at in (1, 2, 3):  # three actions this week: the bound
+        entry = record.entry("reboot", "passed", f"other{at}", at=time.time() - at)
+        record.append(record.default_history(), [{**entry, "host": "n1"}])
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    (step,) = out.nodes[0].climb.steps
+    assert step.step == "quarantine" and "3 actions within 7 days" in step.detail
+    stored = api.nodes["n1"]
+    assert stored["metadata"]["labels"][L.LABEL_STATE] == L.STATE_QUARANTINED
+    assert stored["metadata"]["labels"][L.LABEL_ACTION] == L.QUARANTINE_RMA
+    assert any(t["key"] == L.TAINT_KEY for t in stored["spec"]["taints"])
+    assert steps["reboots"] == []
