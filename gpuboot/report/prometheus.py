@@ -12,6 +12,10 @@ the others, so series never vanish and alerts match on ``{status="FAIL"} == 1``.
 A scan under ``--limit`` judges only some nodes: :func:`merge` keeps the previous file's
 series of every other node, so their FAIL series (and alerts) do not silently vanish. The
 file is replaced atomically: the collector must never read half a file.
+
+What a scan did after judging (ScanActions: its breaker, the Kubernetes gate's outcomes, the
+cluster's unavailable nodes) is fleet-wide: those series carry no host and each scan's replace
+the previous file's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +56,19 @@ UNITS = {
     "Mb/s": ("bytes_per_second", 1e6 / 8),
 }
 _SUFFIXES = sorted({s for s, _f in UNITS.values()})
+GATE_OUTCOMES = ("out", "held", "in_service", "unjudged", "error")
+
+
+@dataclass(frozen=True)
+class ScanActions:
+    """What a scan did after judging, for the fleet-wide series. None: not done this run
+    (no kubeconfig, the API server could not say): no sample, never a fake 0."""
+
+    breaker_open: Mapping[str, bool] = field(default_factory=dict)  # rule -> open
+    gate: Mapping[str, int] | None = None  # GATE_OUTCOMES -> nodes
+    unavailable: Mapping[str, int] | None = None  # cause -> nodes, from the live Node objects
+    takeouts_in_window: int | None = None  # gpuboot's own take-outs in the take-out window
+    remediation: Mapping[tuple[str, str], int] | None = None  # (step, result) -> how many
 
 
 def families(kind: str) -> list[tuple[str, str]]:
@@ -96,6 +115,34 @@ def families(kind: str) -> list[tuple[str, str]]:
                 "Hardware faults back on the same part after the reboot threshold "
                 "(gpuboot.escalation): above 0, the recommended action is hardware "
                 "inspection / RMA.",
+            ),
+            (
+                f"{p}_breaker_open",
+                "1 while a rule's breaker is open (many nodes failed it for one reason in one "
+                "scan: no node is taken out for it until `gpuboot breaker reset`), else 0.",
+            ),
+            (
+                f"{p}_gate_nodes",
+                "Nodes the scan's Kubernetes gate handled, by outcome: out (taken out, or "
+                "still out), held (failing, held back by the disruption budget, the breaker "
+                "or another owner), in_service (passing: released or never out), unjudged "
+                "(ERROR only: left as it was), error (the gate could not act on it).",
+            ),
+            (
+                f"{p}_nodes_unavailable",
+                "Cluster nodes unavailable to new pods after the scan's gate, by cause "
+                "(gpuboot, cordoned, NotReady, Ready Unknown, taint <key>), whoever made "
+                "them so.",
+            ),
+            (
+                f"{p}_takeouts_in_window",
+                "gpuboot's own take-outs within the take-out window (--takeout-window), as "
+                "recorded on the nodes: the disruption gate's --max-new-takeouts counts them.",
+            ),
+            (
+                f"{p}_remediation_steps",
+                "Remediation steps `scan --remediate` took in this scan, by step (reconcile, "
+                "reset, reboot, reinstall, quarantine) and result.",
             ),
         ]
     return out
@@ -167,9 +214,45 @@ def _node_samples(
     return out
 
 
+def _action_samples(actions: ScanActions) -> dict[str, list[str]]:
+    p = f"gpuboot_{SCAN}"
+    out = {
+        f"{p}_breaker_open": [
+            _sample(f"{p}_breaker_open", {"rule": rule}, bool(is_open))
+            for rule, is_open in sorted(actions.breaker_open.items())
+        ]
+    }
+    if actions.gate is not None:
+        out[f"{p}_gate_nodes"] = [
+            _sample(f"{p}_gate_nodes", {"outcome": o}, int(actions.gate.get(o, 0)))
+            for o in GATE_OUTCOMES
+        ]
+    if actions.unavailable is not None:
+        out[f"{p}_nodes_unavailable"] = [
+            _sample(f"{p}_nodes_unavailable", {"cause": c}, int(n))
+            for c, n in sorted(actions.unavailable.items())
+        ]
+    if actions.remediation is not None:
+        out[f"{p}_remediation_steps"] = [
+            _sample(f"{p}_remediation_steps", {"step": step, "result": result}, int(n))
+            for (step, result), n in sorted(actions.remediation.items())
+        ]
+    if actions.takeouts_in_window is not None:
+        out[f"{p}_takeouts_in_window"] = [
+            _sample(f"{p}_takeouts_in_window", {}, int(actions.takeouts_in_window))
+        ]
+    return out
+
+
 def _samples(
-    kind: str, report: RunReport, certificates: dict[str, dict[str, Any]], now: datetime
+    kind: str,
+    report: RunReport,
+    certificates: dict[str, dict[str, Any]],
+    now: datetime,
+    actions: ScanActions | None = None,
 ) -> dict[str, list[str]]:
+    if actions is not None and kind != SCAN:
+        raise ValueError("only a scan has actions after judging")
     out: dict[str, list[str]] = {name: [] for name, _ in families(kind)}
     ts = int(now.timestamp())
     for node in report.nodes:
@@ -180,6 +263,8 @@ def _samples(
         out["gpuboot_certify_last_run_timestamp_seconds"].append(
             _sample("gpuboot_certify_last_run_timestamp_seconds", {}, ts)
         )
+    if actions is not None:
+        out.update(_action_samples(actions))
     return out
 
 
@@ -196,10 +281,11 @@ def render(
     *,
     now: datetime | None = None,
     kind: str = CERTIFY,
+    actions: ScanActions | None = None,
 ) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {KINDS}")
-    return _text(kind, _samples(kind, report, certificates or {}, now or utc_now()))
+    return _text(kind, _samples(kind, report, certificates or {}, now or utc_now(), actions))
 
 
 def write(
@@ -209,8 +295,10 @@ def write(
     *,
     now: datetime | None = None,
     kind: str = CERTIFY,
+    actions: ScanActions | None = None,
 ) -> Path:
-    return atomic_write(Path(path), render(report, certificates, now=now, kind=kind).encode())
+    text = render(report, certificates, now=now, kind=kind, actions=actions)
+    return atomic_write(Path(path), text.encode())
 
 
 # ---------------------------------------------------------------- merging a previous file
@@ -258,11 +346,12 @@ def merge(
     *,
     now: datetime | None = None,
     kind: str = SCAN,
+    actions: ScanActions | None = None,
 ) -> tuple[str, str | None]:
     """This run's exposition plus the previous file's series of the nodes not in this run
     (text, warning). An unreadable or foreign previous file is not merged: the text is
     this run's alone and the warning says why."""
-    ours = _samples(kind, report, {}, now or utc_now())
+    ours = _samples(kind, report, {}, now or utc_now(), actions)
     hosts = {n.host for n in report.nodes}
     previous = Path(previous)
     warning = None
@@ -287,7 +376,8 @@ def write_merged(
     *,
     now: datetime | None = None,
     kind: str = SCAN,
+    actions: ScanActions | None = None,
 ) -> tuple[Path, str | None]:
     """Replace ``path`` with :func:`merge`'s text; (path, warning)."""
-    text, warning = merge(report, path, now=now, kind=kind)
+    text, warning = merge(report, path, now=now, kind=kind, actions=actions)
     return atomic_write(Path(path), text.encode("utf-8")), warning
