@@ -13,13 +13,13 @@ still looking even while nothing changes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuboot.k8s import labels as L
+from gpuboot.k8s.client import TIMEOUT, Api, read_node
 from gpuboot.results import NodeReport
 from gpuboot.verdict import Status
 
@@ -35,7 +35,6 @@ REASON_CHECK_COULD_NOT_RUN = "CheckCouldNotRun"
 MAX_MESSAGE = 256  # the whole list of ids lives in the run's report; the node says enough
 # metav1.Condition's reason rule; Node conditions are not validated, so it is checked here
 _REASON = re.compile(r"^[A-Za-z](?:[A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-TIMEOUT = (10, 30)  # connect, read (s), as the gate's: a black-holed API server must not hang
 
 Wanted = Mapping[str, tuple[str, str, str]]  # type -> (status, reason, message)
 
@@ -131,16 +130,14 @@ def condition_patch(node: dict[str, Any], wanted: Wanted, now: datetime) -> dict
 
 
 def write_conditions(
-    api: Any, name: str, wanted: Wanted, *, now: datetime, dry_run: bool
+    api: Api, name: str, wanted: Wanted, *, now: datetime, dry_run: bool
 ) -> list[str]:
-    """Set ``wanted`` on node ``name`` (``api``: gpuboot.k8s.gate.Api); the changes of
-    status, reason or message in words (a refreshed heartbeat alone is none). The client's
-    errors propagate: the caller records them against the node."""
+    """Set ``wanted`` on node ``name``; the changes of status, reason or message in words
+    (a refreshed heartbeat alone is none). The client's errors propagate: the caller
+    records them against the node."""
     if not wanted:
         return []
-    resp = api.core.read_node(name, _preload_content=False, _request_timeout=TIMEOUT)
-    node = json.loads(resp.data)
-    conditions, words = _changes(node, wanted, now)
+    conditions, words = _changes(read_node(api, name), wanted, now)
     if not conditions:
         return []
     api.core.patch_node_status(

@@ -193,7 +193,7 @@ needs_client = pytest.mark.skipif(
 def test_write_conditions_goes_through_the_status_subresource_beside_ready(
     apiserver: FakeApiServer, kubeconfig: str
 ):
-    from gpuboot.k8s.gate import connect
+    from gpuboot.k8s.client import connect
 
     apiserver.add(node("gpu-a01"))
     api = connect(kubeconfig, None)
@@ -224,7 +224,7 @@ def test_write_conditions_goes_through_the_status_subresource_beside_ready(
 
 @needs_client
 def test_a_dry_run_writes_no_condition(apiserver: FakeApiServer, kubeconfig: str):
-    from gpuboot.k8s.gate import connect
+    from gpuboot.k8s.client import connect
 
     apiserver.add(node("gpu-a01"))
 
