@@ -194,7 +194,8 @@ def in_use(node: Node, g: Gpu) -> bool:
 
 def reset_gpu(node: Node, g: Gpu) -> None:
     """What a GPU reset does to the model: pending MIG mode applies, instances vanish,
-    a pending row remap is carried out."""
+    a pending row remap is carried out, and the GPU's Xid state of this boot clears (an
+    Xid injected to survive reboots is a persistent fault: it stays)."""
     mode = node.pstate.setdefault("mig_mode", {}).get(g.bus_id)
     if mode is not None:
         mode["current"] = mode.get("pending", mode.get("current", False))
@@ -205,6 +206,11 @@ def reset_gpu(node: Node, g: Gpu) -> None:
             for f in store.get("faults", [])
             if not (f["kind"] == "remap-pending" and int(f["args"][0]) == g.slot)
         ]
+    node.vstate["faults"] = [
+        f
+        for f in node.vstate.get("faults", [])
+        if not (f["kind"] == "xid" and int(f["args"][1]) == g.slot)
+    ]
 
 
 # --- nvidia-smi mig ---------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from . import model, smi_fields, smi_q, state
 from .model import Gpu
@@ -130,7 +131,8 @@ def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         out(
             "NVIDIA System Management Interface -- v(emulated)\n\n"
-            "Supported in this lab: -L, -q [-x], --query-gpu=... --format=csv, -pm, -r, -mig,\n"
+            "Supported in this lab: -L, -q [-x], --query-gpu=... --format=csv,\n"
+            "--query-compute-apps=... --format=csv, -pm, -r, -mig,\n"
             "nvlink -s|-e, topo -m, mig -lgip|-lgi|-lci|-cgi|-dgi|-cci|-dci\n"
         )
         return 0
@@ -164,6 +166,9 @@ def _main(argv: list[str]) -> int:
         return RC_QUERY_FAILED
     gpus = select(all_gpus, ids)
     ctx = ctx_for(node, drv, all_gpus)
+    apps = _opt(argv, "--query-compute-apps")
+    if apps is not None:
+        return query_apps(node, gpus, apps, _opt(argv, "--format") or "")
     query = _opt(argv, "--query-gpu")
     if query is not None:
         fmt = _opt(argv, "--format") or ""
@@ -224,6 +229,42 @@ def query_gpu(gpus: list[Gpu], ctx: Ctx, query: str, fmt: str) -> int:
         lines.append(", ".join(smi_fields.value(n, g, ctx, "nounits" not in opts) for n in names))
     out("\n".join(lines) + "\n")
     return rc
+
+
+# --query-compute-apps fields: header, value of (gpu, (pid, name, MiB), with units)
+APP_FIELDS: dict[str, tuple[str, Any]] = {
+    "pid": ("pid", lambda g, p, _u: str(p[0])),
+    "process_name": ("process_name", lambda g, p, _u: p[1]),
+    "name": ("process_name", lambda g, p, _u: p[1]),
+    "gpu_bus_id": ("gpu_bus_id", lambda g, p, _u: g.bus_id),
+    "gpu_uuid": ("gpu_uuid", lambda g, p, _u: g.uuid),
+    "used_memory": ("used_gpu_memory [MiB]", lambda g, p, u: f"{p[2]} MiB" if u else str(p[2])),
+    "used_gpu_memory": (
+        "used_gpu_memory [MiB]",
+        lambda g, p, u: f"{p[2]} MiB" if u else str(p[2]),
+    ),
+}
+
+
+def query_apps(node: Node, gpus: list[Gpu], query: str, fmt: str) -> int:
+    """The compute processes on the selected GPUs (gpu-process faults), one per line."""
+    opts = {o.strip() for o in fmt.split(",")}
+    if "csv" not in opts:
+        out('"--format=" must be specified and contain "csv"\n')
+        return RC_INVALID_ARG
+    names = [n.strip() for n in query.split(",") if n.strip()]
+    for name in names:
+        if name not in APP_FIELDS:
+            out(f'Field "{name}" is not a valid field to query.\n\n')
+            return RC_INVALID_ARG
+    lines = [] if "noheader" in opts else [", ".join(APP_FIELDS[n][0] for n in names)]
+    running = processes(node)
+    for g in gpus:
+        for proc in running.get(g.slot, []):
+            units = "nounits" not in opts
+            lines.append(", ".join(APP_FIELDS[n][1](g, proc, units) for n in names))
+    out("".join(line + "\n" for line in lines))
+    return 0
 
 
 def persistence(argv: list[str], ids: str | None) -> int:
