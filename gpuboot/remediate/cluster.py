@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuboot.k8s import labels as L
 from gpuboot.k8s.gate import TIMEOUT, Api
-from gpuboot.remediate import record
+from gpuboot.k8s.patch import append_action
 
 
 def read_node(api: Api, name: str) -> dict[str, Any]:
@@ -67,29 +67,29 @@ def admit(api: Api, name: str, limits: Any) -> str | None:
     return DisruptionGate(list_nodes(api), limits or Limits(), now=time.time()).admit(name)
 
 
-def mark(api: Api, name: str, step: str, result: str, fault: str, reason: str) -> None:
+def mark(api: Api, name: str, step: str, result: str, reason: str) -> None:
     """Record a step on the node: the bounded actions annotation, the state label
     (remediating while it climbs, removed once it passed) and the one-line reason."""
-    node = read_node(api, name)
+    node, now = read_node(api, name), time.time()
     state = None if result == "passed" else L.STATE_REMEDIATING
     patch(
         api,
         node,
         labels={L.LABEL_STATE: state},
         annotations={
-            L.ANNOTATION_ACTIONS: record.with_action(node, record.entry(step, result, fault)),
+            L.ANNOTATION_ACTIONS: append_action(meta(node, "annotations"), step, result, now),
             L.ANNOTATION_REASON: None if state is None else reason[: L.MAX_REASON],
         },
     )
 
 
-def quarantine(api: Api, name: str, fault: str, reason: str, *, take_out: bool) -> list[str]:
+def quarantine(api: Api, name: str, reason: str, *, take_out: bool) -> list[str]:
     """Label the node for hardware work; with ``take_out`` (the gate admitted it) it also
     gets gpuboot's taint if it has not got it. What changed, in words."""
-    node = read_node(api, name)
+    node, now = read_node(api, name), time.time()
     changes = [f"{L.LABEL_STATE}={L.STATE_QUARANTINED}", f"{L.LABEL_ACTION}={L.QUARANTINE_RMA}"]
     annotations = {
-        L.ANNOTATION_ACTIONS: record.with_action(node, record.entry("quarantine", "done", fault)),
+        L.ANNOTATION_ACTIONS: append_action(meta(node, "annotations"), "quarantine", "done", now),
         L.ANNOTATION_REASON: reason[: L.MAX_REASON],
     }
     spec = None
@@ -97,7 +97,7 @@ def quarantine(api: Api, name: str, fault: str, reason: str, *, take_out: bool) 
     if take_out and not any(ours_taint(t) for t in taints):
         taint = {"key": L.TAINT_KEY, "value": L.TAINT_VALUE, "effect": L.TAINT_EFFECT}
         spec = {"taints": [*taints, taint]}
-        annotations[L.ANNOTATION_TAKEN_OUT_AT] = str(int(time.time()))
+        annotations[L.ANNOTATION_TAKEN_OUT_AT] = str(int(now))
         changes.append(f"taint {L.TAINT_KEY}")
     patch(
         api,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.k8s import labels as L
+from gpuboot.k8s.patch import append_action, read_actions
 from gpuboot.remediate import cluster, record
 from gpuboot.remediate import ladder as LD
 
@@ -109,7 +110,7 @@ def explain(
             lease=lease,
             foreign=ownership.foreign_marker(node),
             cancelled=ownership.cancelled(node),
-            actions=record.annotation_actions(node),
+            actions=read_actions(notes),
         )
         ours = doc["state"] or doc["taint"] or doc["cordoned_by_gpuboot"]
         if doc["foreign"]:
@@ -167,8 +168,9 @@ def release(
         drop_notes: dict[str, str | None] = {k: None for k in OUR_ANNOTATIONS if k in notes}
         changes += [f"label {k} removed" for k in drop_labels]
         changes += [f"annotation {k} removed" for k in drop_notes]
-        entry = record.entry(LD.RELEASE, f"by {who}: {reason}")
-        drop_notes[L.ANNOTATION_ACTIONS] = record.with_action(node, entry)
+        drop_notes[L.ANNOTATION_ACTIONS] = append_action(
+            notes, LD.RELEASE, f"by {who}: {reason}", time.time()
+        )
         cluster.patch(api, node, labels=drop_labels, annotations=drop_notes, spec=new_spec)
         if getattr(api, "coordination", None) is not None:
             from gpuboot.k8s import lease

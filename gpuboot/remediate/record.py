@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot import locks, paths
-from gpuboot.k8s import labels as L
+from gpuboot.k8s.patch import read_actions
 from gpuboot.remediate.ladder import RELEASE, RUNGS, Past
 
 HISTORY_NAME = "remediation-history.jsonl"
@@ -77,18 +77,10 @@ def past_of(host: str, records: list[dict[str, Any]]) -> list[Past]:
     return [p for r in records if r.get("host") == host and (p := _past(r)) is not None]
 
 
-def annotation_actions(node: dict[str, Any]) -> list[dict[str, Any]]:
-    """The node's actions annotation as a list (anything else, e.g. hand-edited: empty)."""
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(L.ANNOTATION_ACTIONS)
-    try:
-        doc = json.loads(text) if text else []
-    except ValueError:
-        return []
-    return [a for a in doc if isinstance(a, dict)] if isinstance(doc, list) else []
-
-
 def past_of_node(node: dict[str, Any]) -> list[Past]:
-    return [p for a in annotation_actions(node) if (p := _past(a)) is not None]
+    """The steps in the node's bounded actions annotation (they name no fault)."""
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    return [p for a in read_actions(notes) if (p := _past(a)) is not None]
 
 
 def merged(*sources: Iterable[Past]) -> list[Past]:
@@ -97,11 +89,6 @@ def merged(*sources: Iterable[Past]) -> list[Past]:
     for p in (p for src in sources for p in src):
         seen.setdefault((int(p.at), p.step), p)
     return sorted(seen.values(), key=lambda p: p.at)
-
-
-def with_action(node: dict[str, Any], entry: dict[str, Any]) -> str:
-    """The actions annotation with ``entry`` added, newest last, at most L.MAX_ACTIONS."""
-    return json.dumps([*annotation_actions(node), entry][-L.MAX_ACTIONS :], sort_keys=True)
 
 
 def entry(step: str, result: str, fault: str = "", at: float | None = None) -> dict[str, Any]:

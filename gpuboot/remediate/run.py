@@ -125,7 +125,7 @@ class Steps:
                 self.cluster.api.api_error, *self.cluster.api.transport_errors
             ):
                 if step != LD.QUARANTINE:  # the quarantine wrote its own mark
-                    cluster.mark(self.cluster.api, self.name, step, result, self.fault.key, detail)
+                    cluster.mark(self.cluster.api, self.name, step, result, self._why())
         return result, detail
 
     def _cluster_step(self, step: str) -> tuple[str, str]:
@@ -141,7 +141,7 @@ class Steps:
             held_back = cluster.admit(api, self.name, self.cluster.limits)  # type: ignore[union-attr]
             if step == LD.QUARANTINE:
                 changes = cluster.quarantine(
-                    api, self.name, self.fault.key, self._why(), take_out=held_back is None
+                    api, self.name, self._why(), take_out=held_back is None
                 )
                 return LD.DONE, "; ".join(changes)
             if held_back:

@@ -75,13 +75,10 @@ def test_history_records_are_read_back_per_host_and_junk_is_skipped(tmp_path):
     assert record.read(tmp_path / "absent.jsonl") == []
 
 
-def test_the_actions_annotation_is_bounded_and_newest_last():
-    node = {"metadata": {"annotations": {}}}
-    for i in range(L.MAX_ACTIONS + 3):
-        text = record.with_action(node, record.entry("reboot", "failed", f"f{i}", at=i))
-        node["metadata"]["annotations"][L.ANNOTATION_ACTIONS] = text
-    actions = json.loads(node["metadata"]["annotations"][L.ANNOTATION_ACTIONS])
-    assert len(actions) == L.MAX_ACTIONS and actions[-1]["fault"] == f"f{L.MAX_ACTIONS + 2}"
+def test_the_nodes_actions_annotation_is_read_and_a_hand_edit_is_none():
+    actions = [{"at": 100, "step": "reboot", "result": "failed"}, {"step": "x"}]
+    node = {"metadata": {"annotations": {L.ANNOTATION_ACTIONS: json.dumps(actions)}}}
+    assert record.past_of_node(node) == [LD.Past(100.0, "reboot", "failed")]
     assert record.past_of_node({"metadata": {"annotations": {L.ANNOTATION_ACTIONS: "{bad"}}}) == []
 
 
