@@ -120,7 +120,7 @@ def test_a_command_in_the_working_directory_s_ansible_cfg_is_refused(lab2, tmp_p
     work = tmp_path / "work"
     work.mkdir(mode=0o700)
     (work / "ansible.cfg").write_text(
-        f"[ssh_connection]\nssh_args = -o ProxyCommand=touch {marker}\n"
+        f"[ssh_connection]\nssh_args = -o 'ProxyCommand=touch {marker}'\n"
     )
     proc = _gpuboot_in(work, verb, "-i", str(lab2.inventory), "--json")
     assert not marker.exists(), f"{verb} ran ./ansible.cfg's ProxyCommand on the controller"
@@ -136,7 +136,7 @@ def test_shell_syntax_in_the_working_directory_s_ansible_cfg_reaches_no_shell(la
     work = tmp_path / "work"
     work.mkdir(mode=0o700)
     (work / "ansible.cfg").write_text(
-        f"[ssh_connection]\nssh_args = -o ConnectTimeout=5 ; touch {marker}\n"
+        f"[ssh_connection]\nssh_args = -o ConnectTimeout=5 ; touch {marker} ; #\n"
     )
     args = ["--probes", "none"] if verb == "certify" else []
     proc = _gpuboot_in(work, verb, "-i", str(lab2.inventory), "--json", *args)
@@ -151,7 +151,7 @@ def test_a_world_writable_directory_s_ansible_cfg_is_ignored(lab2, tmp_path):
     work.mkdir()
     work.chmod(0o777)
     (work / "ansible.cfg").write_text(
-        f"[ssh_connection]\nssh_args = -o ProxyCommand=touch {marker}\n"
+        f"[ssh_connection]\nssh_args = -o 'ProxyCommand=touch {marker}'\n"
     )
     proc = _gpuboot_in(work, "certify", "-i", str(lab2.inventory), "--probes", "none", "--json")
     assert not marker.exists(), "certify ran a world-writable ansible.cfg's ProxyCommand"
@@ -168,7 +168,7 @@ def test_a_world_writable_directory_s_ansible_cfg_is_ignored(lab2, tmp_path):
 )
 def test_a_command_in_the_ssh_environment_is_refused(lab2, tmp_path, verb, var):
     marker = tmp_path / "ran-on-the-controller"
-    env = {var: f"-o ProxyCommand=touch {marker}"}
+    env = {var: f"-o 'ProxyCommand=touch {marker}'"}
     proc = _gpuboot_in(tmp_path, verb, "-i", str(lab2.inventory), "--json", **env)
     assert not marker.exists(), f"{verb} ran {var}'s ProxyCommand on the controller"
     assert proc.returncode == 2, proc.stderr
@@ -178,9 +178,9 @@ def test_a_command_in_the_ssh_environment_is_refused(lab2, tmp_path, verb, var):
 @pytest.mark.parametrize(
     ("var", "value"),
     [
-        ("ansible_ssh_common_args", "-o ProxyCommand=touch {marker}"),
-        ("ansible_ssh_extra_args", "-oLocalCommand=touch {marker} -oPermitLocalCommand=yes"),
-        ("ansible_ssh_common_args", "-o KnownHostsCommand=/usr/bin/touch {marker}"),
+        ("ansible_ssh_common_args", "-o 'ProxyCommand=touch {marker}'"),
+        ("ansible_ssh_extra_args", "-o'LocalCommand=touch {marker}' -oPermitLocalCommand=yes"),
+        ("ansible_ssh_common_args", "-o 'KnownHostsCommand=/usr/bin/touch {marker}'"),
         ("ansible_ssh_executable", "{marker}-ssh"),
     ],
 )
