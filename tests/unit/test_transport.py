@@ -145,3 +145,21 @@ def test_a_hostile_ansible_cfg_runs_nothing_on_the_controller(tmp_path, monkeypa
     [argv] = [json.loads(line) for line in record.read_text().splitlines()]
     assert argv[-3:] == ["--", "10.0.0.5", "echo $HOME; touch /tmp/on-the-node"]
     assert "X=y" not in argv and "ControlMaster=no" not in argv
+
+
+@pytest.mark.subprocess
+def test_a_node_s_answer_through_the_transport_is_read_within_the_cap(tmp_path, monkeypatch):
+    """ssh started from an argument vector is read by remote.communicate, as testinfra's
+    shell line was: the cap a call sets ends an answer that passes it."""
+    from gpuboot import remote
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write('x' * (4 << 20))\n")
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    host = transport.connect("gpu1", {}, Path("/inv.yml"))
+    with pytest.raises(remote.AnswerTooLarge):
+        remote.run_with_deadline(host, "cat /dev/zero", 60, "the test", max_bytes=1 << 20)
+    assert remote.run_with_deadline(host, "true", 60, "the test").stdout == "x" * (4 << 20)
