@@ -71,7 +71,9 @@ def _why(target: Target) -> str | None:
     return f"{target.verdict}: {failed.replace('_', ', ')}" if failed else None
 
 
-def _set(patch: dict[str, str | None], current: Mapping[str, str], key: str, want: str | None):
+def _set(
+    patch: dict[str, str | None], current: Mapping[str, str], key: str, want: str | None
+) -> None:
     """Record ``key`` -> ``want`` in ``patch`` if it changes the node (None: remove)."""
     if want is None and key in current:
         patch[key] = None
@@ -118,14 +120,11 @@ def _take_out_marks(
     node: dict[str, Any], target: Target, took_out: bool, now: float
 ) -> dict[str, str | None]:
     """taken-out-at, was-unschedulable and reason: written with gpuboot's first taint or
-    cordon, the reason kept current while the node fails, all three gone on release."""
+    cordon, the reason kept current while the node fails (or is held), all three gone on
+    release."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     marks: dict[str, str | None] = {}
-    if target.held:
-        why = _why(target)
-        _set(marks, annotations, L.ANNOTATION_REASON, _one_line(why, L.MAX_REASON) if why else None)
-        return marks
-    if target.certified:
+    if target.certified and not target.held:
         for key in TAKE_OUT_MARKS:
             _set(marks, annotations, key, None)
         return marks
