@@ -408,6 +408,9 @@ class FakeApiServer:
         # name -> hook run just before a PATCH of that node is applied (e.g. a concurrent
         # writer that changes the node between the gate's GET and PATCH)
         self.before_patch: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # run just before any request is served (after faults): another writer acting
+        # between a client's read and its write
+        self.before_request: Callable[[Request], None] | None = None
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> Pod
         self.pdbs: list[_Pdb] = []
         self.pdb_blocked: set[tuple[str, str]] = set()  # evictions answered 429 regardless
@@ -614,6 +617,8 @@ class FakeApiServer:
                     raise ApiError(fault.status, f"injected fault on {req.method} {req.path}")
                 if req.authorization != f"Bearer {TOKEN}":
                     raise ApiError(401, "Unauthorized")
+                if self.before_request is not None:
+                    self.before_request(req)
                 for method, pattern, handler in _ROUTES:
                     if method == req.method and (m := pattern.match(req.path)):
                         params = {k: v for k, v in m.groupdict().items() if v is not None}
