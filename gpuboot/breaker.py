@@ -37,6 +37,7 @@ EXIT_BREAKER_OPEN = 6  # documented in README.md and the epilogs of scan and bre
 MIN_NODES = 3
 MIN_SHARE = 0.2
 STATE_NAME = "breaker.json"
+HISTORY_SUFFIX = ".breaker.json"  # the state beside a scan history other than the default
 STATE_VERSION = 1
 CLOSED_KEPT = 50  # resets remembered in the state file, newest last
 SUSPECT = "suspect the rule, profile, probe or a rollout before the hardware"
@@ -54,18 +55,17 @@ class Trip:
     opened_at: str  # ISO 8601, UTC
     run_id: str | None = None
 
-    def reset_command(self) -> str:
-        return f"gpuboot breaker reset --rule {shlex.quote(self.rule)}"
-
-    def alert(self) -> str:
-        """The one line an operator reads: the rule, the count, the shared reason, the fix."""
+    def alert(self, state: Path | None = None) -> str:
+        """The one line an operator reads: the rule, the count, the shared reason, the fix
+        (the reset of the breakers kept in ``state``, default $GPUBOOT_HOME's)."""
         return (
             f"breaker open for {self.rule}: {len(self.nodes)} of {self.judged} nodes fail it "
-            f"for the same reason: {self.reason}; {SUSPECT}; after fixing: {self.reset_command()}"
+            f"for the same reason: {self.reason}; {SUSPECT}; after fixing: "
+            f"{reset_command(state, self.rule)}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "nodes": list(self.nodes), "alert": self.alert()}
+    def to_dict(self, state: Path | None = None) -> dict[str, Any]:
+        return {**asdict(self), "nodes": list(self.nodes), "alert": self.alert(state)}
 
     @classmethod
     def from_dict(cls, doc: Any) -> Trip:
@@ -184,7 +184,7 @@ class RunBreaker:
         """One line per open breaker, in this run's numbers where it tripped again."""
         lines = []
         for rule, first in sorted(self.open.items()):
-            line = self.trips.get(rule, first).alert()
+            line = self.trips.get(rule, first).alert(self.state)
             if rule not in self.opened:
                 line += f" (open since {first.opened_at}, run {first.run_id or 'unknown'})"
             lines.append(line)
@@ -194,7 +194,7 @@ class RunBreaker:
         return {
             "state": str(self.state),
             "opened": list(self.opened),
-            "open": [t.to_dict() for _r, t in sorted(self.open.items())],
+            "open": [t.to_dict(self.state) for _r, t in sorted(self.open.items())],
             "alerts": self.alerts(),
             "held": dict(self.held),
         }
@@ -223,6 +223,15 @@ def default_path() -> Path:
     return paths.home() / STATE_NAME
 
 
+def reset_command(state: Path | None, rule: str | None = None, action: str = "reset") -> str:
+    """The command that closes ``rule``'s breaker (every one: None) in ``state`` (or another
+    ``action`` of `gpuboot breaker` on that state)."""
+    words = ["gpuboot", "breaker", action, *(["--rule", rule] if rule else [])]
+    if state is not None and state != default_path():  # kept beside its scan history
+        words += ["--history", str(state.with_name(state.name.removesuffix(HISTORY_SUFFIX)))]
+    return shlex.join(words)
+
+
 def state_for(history: Path | None) -> Path:
     """The breaker state of the fleet a scan history records: ``$GPUBOOT_HOME/breaker.json``
     beside the default history, ``<history>.breaker.json`` beside any other (two fleets
@@ -232,7 +241,7 @@ def state_for(history: Path | None) -> Path:
     if history is None or Path(history).resolve() == default_history().resolve():
         return default_path()
     history = Path(history).resolve()
-    return history.with_name(f"{history.name}.breaker.json")
+    return history.with_name(history.name + HISTORY_SUFFIX)
 
 
 class BreakerState:
@@ -247,7 +256,8 @@ class BreakerState:
             "it must not take nodes out for",
             where=str(self.path),
             hint="restore the file from a backup, or close every breaker after checking the "
-            "rules: gpuboot breaker reset (sets the file aside; the next scan judges afresh)",
+            f"rules: {reset_command(self.path)} (sets the file aside; the next scan judges "
+            "afresh)",
         )
 
     def _read(self) -> dict[str, Any]:
@@ -274,7 +284,10 @@ class BreakerState:
         return doc
 
     def _write(self, doc: dict[str, Any]) -> None:
-        out = {**doc, "open": {rule: t.to_dict() for rule, t in sorted(doc["open"].items())}}
+        out = {
+            **doc,
+            "open": {rule: t.to_dict(self.path) for rule, t in sorted(doc["open"].items())},
+        }
         out["closed"] = doc["closed"][-CLOSED_KEPT:]
         paths.private_dir(self.path.parent)
         paths.write_private(self.path, json.dumps(out, indent=2) + "\n")
@@ -345,6 +358,7 @@ class BreakerState:
             at = _utc_iso(now)
             for r in closing:
                 trip = doc["open"].pop(r)
-                doc["closed"].append({**trip.to_dict(), "closed_at": at, "reset_reason": reason})
+                closed = {**trip.to_dict(self.path), "closed_at": at, "reset_reason": reason}
+                doc["closed"].append(closed)
             self._write(doc)
         return closing

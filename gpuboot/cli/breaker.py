@@ -56,12 +56,13 @@ def _status(state) -> Outcome:
     from gpuboot.errors import EXIT_OK
 
     trips = sorted(state.open_rules().values(), key=lambda t: t.rule)
-    doc = {"state": str(state.path), "open": [t.to_dict() for t in trips]}
+    doc = {"state": str(state.path), "open": [t.to_dict(state.path) for t in trips]}
     if not trips:
         return Outcome(EXIT_OK, doc, "no breaker open: scans take failing nodes out as usual")
     lines = []
     for t in trips:
-        lines.append(f"{t.alert()} (open since {t.opened_at}, run {t.run_id or 'unknown'})")
+        since = f"(open since {t.opened_at}, run {t.run_id or 'unknown'})"
+        lines.append(f"{t.alert(state.path)} {since}")
         lines.append(f"  nodes: {', '.join(t.nodes)}")
     return Outcome(EXIT_BREAKER_OPEN, doc, "\n".join(lines))
 
@@ -72,7 +73,7 @@ def _reset(state, rule: str | None, reason: str | None) -> Outcome:
     aside = None if rule else state.set_aside_unreadable()
     open_now = state.open_rules()
     if rule and rule not in open_now:
-        _check_rule(rule, open_now)
+        _check_rule(rule, open_now, state.path)
     closed = state.reset(rule, reason=reason)
     doc = {
         "state": str(state.path),
@@ -95,8 +96,9 @@ def _reset(state, rule: str | None, reason: str | None) -> Outcome:
     return Outcome(EXIT_OK, doc, "\n".join(lines))
 
 
-def _check_rule(rule: str, open_now) -> None:
+def _check_rule(rule: str, open_now, path) -> None:
     """A rule that is neither open nor one of gpuboot's is a typo: refused, not "done"."""
+    from gpuboot.breaker import reset_command
     from gpuboot.completion import close
     from gpuboot.errors import BadInput
     from gpuboot.ids import rule_ids
@@ -109,7 +111,7 @@ def _check_rule(rule: str, open_now) -> None:
     raise BadInput(
         f"{rule!r} is not a rule id of gpuboot ({opened})",
         where="--rule",
-        hint=f"gpuboot breaker reset --rule {guess[0]}"
+        hint=reset_command(path, guess[0])
         if guess
-        else "gpuboot breaker status (lists the open breakers and their rules)",
+        else f"{reset_command(path, action='status')} lists the open breakers",
     )
