@@ -38,7 +38,7 @@ def register(verbs, common) -> None:
 def _api(args):
     if not args.kubeconfig:
         return None
-    from gpuboot.k8s.gate import connect
+    from gpuboot.k8s.client import connect
 
     return connect(args.kubeconfig, args.k8s_context)
 
@@ -49,7 +49,7 @@ def _cluster_call(api, call):
 
     if api is None:
         return call()
-    from gpuboot.k8s.gate import describe
+    from gpuboot.k8s.client import describe
 
     try:
         return call()

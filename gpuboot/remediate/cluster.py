@@ -1,4 +1,4 @@
-"""What remediation reads from and writes on a cluster Node: the node itself, the gate's
+"""What remediation writes on a cluster Node and asks of the disruption gate: the gate's
 admission, the step marks (state label, bounded actions annotation) and the quarantine.
 
 Every write is a strategic merge patch guarded by the resourceVersion just read, so a
@@ -6,23 +6,12 @@ node that changed meanwhile (a human uncordon) is read again rather than overwri
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from gpuboot.k8s import labels as L
-from gpuboot.k8s.gate import TIMEOUT, Api
+from gpuboot.k8s.client import TIMEOUT, Api, list_nodes, read_node
 from gpuboot.k8s.patch import append_action
-
-
-def read_node(api: Api, name: str) -> dict[str, Any]:
-    resp = api.core.read_node(name, _preload_content=False, _request_timeout=TIMEOUT)
-    return json.loads(resp.data)
-
-
-def list_nodes(api: Api) -> list[dict[str, Any]]:
-    resp = api.core.list_node(_preload_content=False, _request_timeout=TIMEOUT)
-    return json.loads(resp.data).get("items") or []
 
 
 def meta(node: dict[str, Any], part: str) -> dict[str, str]:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.k8s import labels as L
+from gpuboot.k8s import lease
+from gpuboot.k8s.client import TIMEOUT
 from gpuboot.k8s.patch import append_action, read_actions
 from gpuboot.remediate import cluster, record
 from gpuboot.remediate import ladder as LD
 
-LEASE_NAMESPACE = "medik8s-leases"
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 # gpuboot's own marks on a node, all removed by a release
 OUR_LABELS = (L.LABEL_STATE, L.LABEL_ACTION, L.LABEL_RECOMMENDED_ACTION)
@@ -43,7 +44,10 @@ def lease_holder(api: Any, name: str) -> dict[str, Any] | None:
     """The node's Lease (medik8s's name): holder and renew time, or None when there is none."""
     try:
         resp = api.coordination.read_namespaced_lease(
-            f"node-{name}", LEASE_NAMESPACE, _preload_content=False
+            lease.lease_name(name),
+            lease.NAMESPACE,
+            _preload_content=False,
+            _request_timeout=TIMEOUT,
         )
     except api.api_error as exc:
         if getattr(exc, "status", None) == 404:
@@ -101,13 +105,13 @@ def explain(
         node = cluster.read_node(api, name)
         labels, notes = cluster.meta(node, "labels"), cluster.meta(node, "annotations")
         taints = (node.get("spec") or {}).get("taints") or []
-        lease = lease_holder(api, name) if getattr(api, "coordination", None) else None
+        held = lease_holder(api, name)
         doc.update(
             state=labels.get(L.LABEL_STATE, doc.get("state")),
             taint=any(cluster.ours_taint(t) for t in taints),
             cordoned_by_gpuboot=notes.get(L.ANNOTATION_CORDONED_BY) == L.CORDONED_BY_US,
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-            lease=lease,
+            lease=held,
             foreign=ownership.foreign_marker(node),
             cancelled=ownership.cancelled(node),
             actions=read_actions(notes),
@@ -120,10 +124,10 @@ def explain(
                 f"none from gpuboot: the tool that set it releases it ({doc['foreign']})"
             )
             return doc
-        if lease and lease.get("holder") not in (None, "", "gpuboot"):
-            doc.update(held_by=f"Lease holder {lease['holder']}", since=lease.get("renewed"))
-            doc["why"] = f"{lease['holder']} holds {LEASE_NAMESPACE}/node-{name}"
-            doc["release"] = f"none from gpuboot: {lease['holder']} releases its Lease"
+        if held and held.get("holder") not in (None, "", lease.HOLDER):
+            doc.update(held_by=f"Lease holder {held['holder']}", since=held.get("renewed"))
+            doc["why"] = f"{held['holder']} holds {lease.NAMESPACE}/{lease.lease_name(name)}"
+            doc["release"] = f"none from gpuboot: {held['holder']} releases its Lease"
             return doc
         if ours:
             doc["held_by"] = "gpuboot"
@@ -172,10 +176,7 @@ def release(
             notes, LD.RELEASE, f"by {who}: {reason}", time.time()
         )
         cluster.patch(api, node, labels=drop_labels, annotations=drop_notes, spec=new_spec)
-        if getattr(api, "coordination", None) is not None:
-            from gpuboot.k8s import lease
-
-            lease.release(api, name)  # only our own Lease; idempotent
+        lease.release(api, name)  # only our own Lease; idempotent
     rec = {**record.entry(LD.RELEASE, "done"), "host": name, "by": who, "reason": reason}
     record.append(history, [rec])
     changes.append(f"release recorded in {history}")

@@ -130,7 +130,7 @@ class Steps:
 
     def _cluster_step(self, step: str) -> tuple[str, str]:
         from gpuboot.k8s import lease, ownership
-        from gpuboot.k8s.gate import describe
+        from gpuboot.k8s.client import describe
 
         api = self.cluster.api  # type: ignore[union-attr]
         try:
@@ -294,7 +294,7 @@ def run_ladder(
     hosts = select_hosts(inv, limit)  # a bad --limit is refused before any host
     api = None
     if kubeconfig:
-        from gpuboot.k8s.gate import connect
+        from gpuboot.k8s.client import connect
 
         api = connect(kubeconfig, context)  # an unusable kubeconfig: bad input, nothing touched
     history = history or record.default_history()
@@ -346,7 +346,7 @@ def _standing(
         return LD.Facts(quarantined=quarantined), past
     from gpuboot.k8s import labels as L
     from gpuboot.k8s import ownership
-    from gpuboot.k8s.gate import describe
+    from gpuboot.k8s.client import describe
 
     try:
         k8s_node = cluster.read_node(api, name)

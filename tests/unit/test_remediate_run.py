@@ -156,6 +156,21 @@ def test_the_disruption_gate_holds_a_step_back(steps, api, tmp_path):
     assert L.ANNOTATION_ACTIONS not in api.nodes["n1"]["metadata"]["annotations"]
 
 
+def test_another_remediators_lease_holds_the_step_back(steps, api, tmp_path):
+    from datetime import UTC, datetime
+
+    api.add(node("n1"))
+    api.add(node("n2"))
+    api.add_lease("medik8s-leases", "node-n1", "self-node-remediation",
+                  renewed=datetime.now(UTC))  # fmt: skip
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    (step,) = out.nodes[0].climb.steps
+    assert step.result == LD.HELD and "self-node-remediation" in step.detail
+    assert steps["reboots"] == []
+
+
 def test_another_tools_node_is_skipped(steps, api, tmp_path):
     api.add(node("n1", labels={L.LABEL_MANAGED: "false"}))
     out = R.run_ladder(
