@@ -28,7 +28,7 @@ COMMAND_KEYWORDS = {
         "SecurityKeyProvider",  # likewise
         "XAuthLocation",  # the program ssh runs for X11 forwarding
     )
-}
+} | {"smartcarddevice": "PKCS11Provider"}  # ssh's old name for it
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,9 @@ def read(text: str, tool: Tool = SSH) -> Options:
 
 
 def option_keyword(value: str) -> str:
-    """The keyword of one ``-o`` value, lower case, as ssh's readconf finds it."""
-    text = value.lstrip(" \t")
-    if text.startswith('"'):
-        end = text.find('"', 1)
-        return (text[1:end] if end > 0 else text[1:]).lower()
-    return re.split(r"[ \t=]", text, maxsplit=1)[0].lower()
+    """The keyword of one ``-o`` value, lower case, as ssh's readconf finds it: after
+    blanks and an '=', up to a blank or '='; a quote inside it joins what it encloses.
+    Read generously (quotes dropped, every leading '=' skipped): a spelling ssh would
+    reject may be refused too, one it accepts is never missed."""
+    text = value.replace('"', "").lstrip(" \t\r\n=")
+    return re.split(r"[ \t\r\n=]", text, maxsplit=1)[0].lower()
