@@ -40,13 +40,19 @@ def patch(
     }
     if spec:
         body["spec"] = spec
-    api.core.patch_node(
-        node["metadata"]["name"],
-        body,
-        field_manager=L.FIELD_MANAGER,
-        _preload_content=False,
-        _request_timeout=TIMEOUT,
-    )
+    send(api, node["metadata"]["name"], body)
+
+
+def send(api: Api, name: str, body: dict[str, Any] | None) -> None:
+    """Send a strategic merge patch of the node, if there is one (None: nothing to do)."""
+    if body is not None:
+        api.core.patch_node(
+            name,
+            body,
+            field_manager=L.FIELD_MANAGER,
+            _preload_content=False,
+            _request_timeout=TIMEOUT,
+        )
 
 
 def admit(api: Api, name: str, limits: Any) -> str | None:

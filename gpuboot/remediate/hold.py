@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.k8s import labels as L
-from gpuboot.k8s import lease
+from gpuboot.k8s import lease, ownership
 from gpuboot.k8s.client import TIMEOUT
 from gpuboot.k8s.patch import append_action, read_actions
 from gpuboot.remediate import cluster, record
@@ -100,8 +100,6 @@ def explain(
         doc.update(held_by="gpuboot", state=L.STATE_QUARANTINED, since=_when(quarantined[-1].at))
         doc["why"] = f"quarantined for hardware work: {quarantined[-1].fault}"
     if api is not None:
-        from gpuboot.k8s import ownership
-
         node = cluster.read_node(api, name)
         labels, notes = cluster.meta(node, "labels"), cluster.meta(node, "annotations")
         taints = (node.get("spec") or {}).get("taints") or []
@@ -176,6 +174,10 @@ def release(
             notes, LD.RELEASE, f"by {who}: {reason}", time.time()
         )
         cluster.patch(api, node, labels=drop_labels, annotations=drop_notes, spec=new_spec)
+        resume = ownership.resume_nvsentinel(cluster.read_node(api, name))
+        if resume is not None:  # a step was cut short: NVSentinel gets its node back
+            cluster.send(api, name, resume)
+            changes.append(f"label {ownership.NVSENTINEL_MANAGED} restored")
         lease.release(api, name)  # only our own Lease; idempotent
     rec = {**record.entry(LD.RELEASE, "done"), "host": name, "by": who, "reason": reason}
     record.append(history, [rec])

@@ -147,7 +147,13 @@ class Steps:
             if held_back:
                 return LD.HELD, f"held back by the disruption gate: {held_back}"
             with lease.held(api, self.name):
-                return self._step(step)
+                # NVSentinel stands aside while gpuboot maintains the node, then resumes
+                cluster.send(api, self.name, ownership.pause_nvsentinel(node))
+                try:
+                    return self._step(step)
+                finally:
+                    after = cluster.read_node(api, self.name)
+                    cluster.send(api, self.name, ownership.resume_nvsentinel(after))
         except Held as exc:
             return LD.HELD, str(exc)
         except lease.LeaseHeld as exc:

@@ -139,6 +139,27 @@ def test_on_a_cluster_each_step_is_marked_and_a_pass_clears_the_state(steps, api
     assert (action["step"], action["result"]) == ("reboot", "passed")
 
 
+def test_nvsentinel_stands_aside_during_a_step_and_gets_its_label_back(
+    steps, api, tmp_path, monkeypatch
+):
+    managed = "k8saas.nvidia.com/ManagedByNVSentinel"
+    api.add(node("n1", labels={managed: "true"}))
+    api.add(node("n2"))
+    during = []
+
+    def reboot(inv, host, reason):
+        during.append(api.nodes["n1"]["metadata"]["labels"].get(managed))
+        return HostResult(host=host, ok=1)
+
+    monkeypatch.setattr(plays, "reboot", reboot)
+    steps["verdicts"] = ["PASS"]
+    R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    assert during == ["false"]
+    assert api.nodes["n1"]["metadata"]["labels"][managed] == "true"
+
+
 def test_the_disruption_gate_holds_a_step_back(steps, api, tmp_path):
     from gpuboot.k8s.budget import Limits
 
