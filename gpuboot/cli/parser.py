@@ -17,8 +17,10 @@ from gpuboot.cli import (
     install,
     matrix,
     mirror,
+    node,
     options,
     plan,
+    remediate,
     report,
     runs,
     scan,
@@ -34,6 +36,7 @@ VERBS = (
     cert,
     scan,
     breaker,
+    remediate,
     matrix,
     plan,
     mirror,
@@ -41,6 +44,7 @@ VERBS = (
     help,
     evaluate,
     status,
+    node,
     report,
 )
 LAB_MISSING = "the lab is not installed: pip install 'gpuboot[lab]'"
