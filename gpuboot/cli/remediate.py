@@ -38,7 +38,7 @@ def run(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot.cli import preflight
-    from gpuboot.remediate import run_ladder
+    from gpuboot.remediate.run import run_ladder
 
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         preflight.check_kubeconfig(args)

@@ -217,10 +217,10 @@ class Steps:
                 kubeconfig=self.cluster.kubeconfig,
                 context=self.cluster.context,
                 node_names={self.host: self.name},
-                limits=self.cluster.limits,
             )[self.host]
-            if out.held:
-                raise Held(f"not rebooted: the drain was held back: {out.held}")
+            held = getattr(out, "held", None)  # a drain that holds nodes back says why
+            if held:
+                raise Held(f"not rebooted: the drain was held back: {held}")
             if out.error:
                 return f"not rebooted: the drain failed: {out.error}"
         played = plays.reboot(self.inv, self.host, self._why())

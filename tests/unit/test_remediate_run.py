@@ -217,3 +217,23 @@ def test_quarantine_on_a_cluster_labels_the_node_for_hardware_work(steps, api, t
     assert stored["metadata"]["labels"][L.LABEL_ACTION] == L.QUARANTINE_RMA
     assert any(t["key"] == L.TAINT_KEY for t in stored["spec"]["taints"])
     assert steps["reboots"] == []
+
+
+def test_the_verb_prints_the_steps_it_would_take(guard, tmp_path, monkeypatch, capsys):
+    from gpuboot import cli
+
+    report = _report(tmp_path, {"n1": "FAIL", "n2": "PASS"})
+    monkeypatch.setattr(certify, "certify", lambda inv, **_kw: report)
+    inv = str(_inventory(tmp_path))
+    assert cli.main(["remediate", "-i", inv, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines() == [
+        "n1: xid:79@0000:3b:00 (dry run: each step shown as if the one before failed)",
+        "  reboot: would",
+        "  reinstall: would",
+        "  quarantine: would",
+    ]
+    assert cli.main(["remediate", "-i", inv, "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dry_run"] and [n["host"] for n in doc["nodes"]] == ["n1"]
+    assert guard == []

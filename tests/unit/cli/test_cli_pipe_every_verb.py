@@ -27,6 +27,8 @@ CASES = {
     "cert": (["cert", "keygen", "{tmp}/key.pem"], 0),
     "scan": (["scan", "-i", MISSING], 2),
     "breaker": (["breaker", "status"], 0),
+    "remediate": (["remediate", "-i", MISSING], 2),
+    "node": (["node", "explain", "n1"], 0),
     "matrix": (["matrix", "list"], 0),
     "plan": (["plan", "-i", MISSING], 2),
     "mirror": (["mirror", "--stack", "lts-550-cuda12.4"], 0),
