@@ -77,6 +77,7 @@ def register(verbs, common) -> None:
 def run(args) -> Outcome:
     from gpuboot import install
     from gpuboot.cli import render
+    from gpuboot.cli.gate import limits_from
     from gpuboot.progress import live_install
 
     if args.drain_timeout <= 0:
@@ -86,7 +87,9 @@ def run(args) -> Outcome:
         )
     drain = None
     if args.kubeconfig:
-        drain = install.Drain(args.kubeconfig, args.k8s_context, args.drain_timeout)
+        drain = install.Drain(
+            args.kubeconfig, args.k8s_context, args.drain_timeout, limits_from(args)
+        )
     with live_install(sys.stderr, quiet=args.quiet, verbose=args.verbose) as live:
         result = install.install(
             args.inventory,

@@ -49,8 +49,13 @@ def probes(*, default: str | None, help: str) -> argparse.ArgumentParser:
     return group
 
 
-def k8s(*, kubeconfig_help: str, dry_run: bool = True) -> argparse.ArgumentParser:
-    """--kubeconfig and its context; --k8s-dry-run where the verb applies the join gate."""
+def k8s(
+    *, kubeconfig_help: str, dry_run: bool = True, budget: bool = True
+) -> argparse.ArgumentParser:
+    """--kubeconfig and its context; with ``budget`` the disruption budget every verb that
+    takes nodes out of service obeys; --k8s-dry-run where the verb applies the join gate.
+    The values are checked as they are parsed, how they combine before any host is touched
+    (gpuboot.cli.gate.limits_from): bad ones exit 2 naming the option and the fix."""
     group = _group()
     group.add_argument("--kubeconfig", help=kubeconfig_help)
     group.add_argument("--k8s-context", help="kubeconfig context")
@@ -58,7 +63,90 @@ def k8s(*, kubeconfig_help: str, dry_run: bool = True) -> argparse.ArgumentParse
         group.add_argument(
             "--k8s-dry-run", action="store_true", help="show the gate's changes only"
         )
+    if budget:
+        _budget(group)
     return group
+
+
+def _budget(group: argparse.ArgumentParser) -> None:
+    from gpuboot.k8s.budget import DEDICATED_TAINTS
+
+    budget = group.add_argument_group(
+        "disruption budget",
+        "every node gpuboot takes out counts against these, with every node already out "
+        "(cordoned, NoSchedule/NoExecute-tainted, NotReady) whoever made it so",
+    )
+    budget.add_argument(
+        "--max-unavailable",
+        default="10%",
+        metavar="N|P%",
+        help="at most N nodes (or P%% of the pool, rounded down, at least 1) unavailable "
+        "(default 10%%)",
+    )
+    budget.add_argument(
+        "--max-unavailable-per-domain",
+        type=_whole("--max-unavailable-per-domain", minimum=1),
+        metavar="N",
+        help="at most N unavailable nodes per failure domain (default 1 with --domain-label)",
+    )
+    budget.add_argument(
+        "--domain-label",
+        metavar="KEY",
+        help="the node label naming a node's failure domain, e.g. nvidia.com/gpu.clique or "
+        "topology.kubernetes.io/rack",
+    )
+    budget.add_argument(
+        "--pool-label", metavar="KEY", help="count each value of this node label as its own pool"
+    )
+    budget.add_argument(
+        "--max-new-takeouts",
+        default="5%",
+        metavar="N|P%",
+        help="at most N (or P%% of the pool) new take-outs by gpuboot per window (default 5%%)",
+    )
+    budget.add_argument(
+        "--takeout-window",
+        type=_whole("--takeout-window", minimum=1),
+        default=600,
+        metavar="SECONDS",
+        help="the window of --max-new-takeouts (default 600)",
+    )
+    budget.add_argument(
+        "--ignore-taint",
+        action="append",
+        metavar="KEY",
+        help="a NoSchedule/NoExecute taint that dedicates nodes rather than takes them out "
+        f"(repeatable; always: {', '.join(DEDICATED_TAINTS)})",
+    )
+    budget.add_argument(
+        "--cooldown",
+        type=_whole("--cooldown", minimum=0),
+        default=3600,
+        metavar="SECONDS",
+        help="after a human undoes gpuboot's take-out, no new take-out of that node for so "
+        "long unless its fault is critical (a lost GPU, Xid 79) (default 3600)",
+    )
+
+
+def _whole(flag: str, *, minimum: int):
+    """An argparse type: a whole number >= ``minimum``, else bad input naming ``flag``."""
+
+    def parse(text: str) -> int:
+        from gpuboot.errors import BadInput
+
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise BadInput(
+                f"{text!r} is not a whole number >= {minimum}",
+                where=flag,
+                hint=f"e.g. {flag} {max(minimum, 1)}",
+            )
+        return value
+
+    return parse
 
 
 def history() -> argparse.ArgumentParser:

@@ -38,7 +38,10 @@ def check_output_file(path: str, flag: str) -> None:
 
 
 def check_kubeconfig(args) -> None:
-    """The check install makes before touching a host: the kubeconfig loads."""
+    """The check install makes before touching a host: the kubeconfig loads, and the
+    disruption budget's options hold together."""
+    from gpuboot.cli.gate import limits_from
     from gpuboot.k8s.gate import connect
 
     connect(args.kubeconfig, args.k8s_context)
+    limits_from(args)

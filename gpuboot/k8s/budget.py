@@ -270,12 +270,13 @@ class DisruptionGate:
                     f"{limits.domain_label}={domain} unavailable, "
                     f"--max-unavailable-per-domain {limits.domain_cap}"
                 )
-        recent = [n for n, at in self.takeouts if self._pool(n) == pool]
+        # a node counts once in the window: taking it out again is the same incident
+        recent = {n for n, _at in self.takeouts if self._pool(n) == pool and n != node}
         if len(recent) + 1 > amount(limits.max_new, size):
             return (
-                f"held back: {len(recent)} nodes{self._where(pool)} taken out by gpuboot in "
-                f"the last {limits.window_s} s, --max-new-takeouts {limits.max_new} "
-                f"(of {size}) per --takeout-window {limits.window_s}"
+                f"held back: gpuboot took out {len(recent)} of {size} nodes{self._where(pool)} "
+                f"in the last {limits.window_s} s, --max-new-takeouts {limits.max_new} per "
+                f"--takeout-window {limits.window_s}"
             )
         self.unavailable[node] = CAUSE_GPUBOOT
         self.takeouts.append((node, self.now))

@@ -5,6 +5,11 @@ cluster. ``Target.error`` set means the gate must not touch the node (a PASS who
 certificate is missing, unreadable, for another host, expired or partial, i.e. its run
 proved less than the SKU requires, such as no pair partner or no probes: lifting the taint
 then would let an unproven node in). ``allow_partial`` accepts a partial certificate.
+
+A failing node is taken out with gpuboot's keyed taint only (``drain`` False: nothing
+evicts its pods, so no cordon). A node the harness could not judge (ERROR, nothing FAILed)
+is left as it is: what could not be read says nothing of the hardware; only its conditions
+say Unknown. Whether a take-out may happen now is the disruption gate's (gpuboot.k8s.gate).
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuboot.errors import GpubootError
+from gpuboot.k8s import conditions as C
 from gpuboot.k8s import labels as L
 from gpuboot.report.certificate import partial
 from gpuboot.results import NodeReport
-from gpuboot.verdict import BAD, Status
+from gpuboot.verdict import Status
 
 Cordon = Literal["cordon", "uncordon-ours", "leave"]
 
@@ -99,7 +105,18 @@ def _rule_ids(node: NodeReport, statuses: tuple[str, ...]) -> list[str]:
     return sorted({f.rule for f in node.findings if f.status in statuses})
 
 
-def _uncertified(node: NodeReport, statuses: tuple[str, ...], cordon: Cordon) -> Target:
+def _conditions(node: NodeReport, *, allow_warn: bool) -> dict[str, tuple[str, str, str]]:
+    """Certified as this run judges it; compliant unless a rule FAILed (a WARN is degraded
+    but compliant), Unknown for both when nothing could be judged."""
+    return {
+        L.CONDITION_CERTIFIED: C.judged(
+            node, passed_reason=C.REASON_CERTIFIED, allow_warn=allow_warn
+        ),
+        L.CONDITION_COMPLIANT: C.judged(node, passed_reason=C.REASON_COMPLIANT, allow_warn=True),
+    }
+
+
+def _uncertified(node: NodeReport, statuses: tuple[str, ...], *, allow_warn: bool) -> Target:
     failed = L.rules_value(_rule_ids(node, statuses))
     target = Target(
         host=node.host,
@@ -112,7 +129,8 @@ def _uncertified(node: NodeReport, statuses: tuple[str, ...], cordon: Cordon) ->
             L.LABEL_CERT_SHA: None,
             L.LABEL_CERT_EXPIRY: None,
         },
-        cordon=cordon,
+        state=L.STATE_TAKEN_OUT,
+        conditions=_conditions(node, allow_warn=allow_warn),
     )
     if node.escalations is not None:  # a scan's node (certify keeps no history: leaves it)
         target.labels[L.LABEL_RECOMMENDED_ACTION] = L.ACTION_RMA if node.escalations else None
@@ -131,11 +149,19 @@ def decide(
     """``node`` of a run whose evidence is in ``bundle``; ``certificate``: the file issued
     for it, if any."""
     host, verdict = node.host, node.verdict
-    if verdict in BAD:
-        return _uncertified(node, BAD, "cordon")
+    if verdict == Status.FAIL:
+        return _uncertified(node, (Status.FAIL, Status.ERROR), allow_warn=allow_warn)
+    if verdict == Status.ERROR:
+        could_not = ", ".join(_rule_ids(node, (Status.ERROR,))) or "the node's evidence"
+        return Target(
+            host,
+            verdict,
+            leave=f"could not judge {could_not} (harness ERROR): node left as it is",
+            conditions=_conditions(node, allow_warn=allow_warn),
+        )
     if verdict == Status.WARN and not allow_warn:
-        # degraded but working: kept out of new scheduling by the taint, not cordoned
-        return _uncertified(node, (Status.WARN,), "leave")
+        # degraded but working: kept out of new scheduling by the taint
+        return _uncertified(node, (Status.WARN,), allow_warn=allow_warn)
     if verdict not in (Status.PASS, Status.WARN):
         return Target(host, verdict, error=f"unknown verdict {verdict!r}: node left untouched")
     path = certificate
@@ -171,4 +197,16 @@ def decide(
             L.LABEL_RECOMMENDED_ACTION: None,
         },
         cordon="uncordon-ours",
+        state=None,
+        conditions={
+            L.CONDITION_CERTIFIED: (
+                C.TRUE,
+                C.REASON_CERTIFIED,
+                f"certificate sha256 {cert.sha256[:16]} valid until "
+                f"{datetime.fromtimestamp(cert.expires, UTC):%Y-%m-%dT%H:%M:%SZ}",
+            ),
+            L.CONDITION_COMPLIANT: C.judged(
+                node, passed_reason=C.REASON_COMPLIANT, allow_warn=True
+            ),
+        },
     )

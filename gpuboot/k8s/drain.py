@@ -7,6 +7,13 @@ stack), then every pod on it is evicted through the Eviction API, so PodDisrupti
 are honoured (a refused eviction, 429, is retried until the timeout). DaemonSet pods and
 mirror (static) pods stay, as do pods that already finished. A node the cluster does not
 know is left alone; a node that cannot be drained in time is reported and not installed.
+
+Every node goes through the disruption gate (gpuboot.k8s.budget) before it is cordoned,
+counted from one node list read first: a rolling install, a scan and another tool's cordon
+count against the same limits. A node the gate holds back is not cordoned, not drained and
+not installed this run (its ``held`` says why); neither is a node another remediator owns.
+The API server failing (5xx, unreachable) while nodes are cordoned stops the cordons: the
+rest are not touched.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuboot.k8s import labels as L
+from gpuboot.k8s.budget import DisruptionGate, Limits
+from gpuboot.k8s.client import TIMEOUT, Api, connect, describe, list_nodes
 from gpuboot.k8s.decision import Target
-from gpuboot.k8s.gate import TIMEOUT, Api, GateAction, apply_target, connect, describe
+from gpuboot.k8s.gate import GateAction, apply_target
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -32,6 +41,7 @@ class DrainResult:
     changes: list[str] = field(default_factory=list)  # what the cordon patch changed
     evicted: list[str] = field(default_factory=list)  # namespace/name
     error: str | None = None
+    held: str | None = None  # not cordoned, not installed this run: why (budget, ownership)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,26 +116,48 @@ def drain(
     node_names: dict[str, str] | None = None,
     timeout_s: float = 600,
     poll_s: float = 2,
+    limits: Limits | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    wall: Callable[[], float] = time.time,
 ) -> dict[str, DrainResult]:
     """Cordon and drain the cluster nodes of ``hosts``; one result per host.
 
-    All nodes are cordoned first, then evicted together, so a batch drains in the time
-    of its slowest node. A node whose pods are still there after ``timeout_s`` gets an
-    error naming them (it stays cordoned, as kubectl leaves it).
+    All admitted nodes are cordoned first, then evicted together, so a batch drains in
+    the time of its slowest node. A node whose pods are still there after ``timeout_s``
+    gets an error naming them (it stays cordoned, as kubectl leaves it).
     """
     api = connect(kubeconfig, context)
     names = node_names or {}
     results = {h: DrainResult(host=h, node=names.get(h, h)) for h in hosts}
+    try:
+        listed = list_nodes(api)
+    except (api.api_error, *api.transport_errors, ValueError) as exc:
+        for result in results.values():
+            result.error = f"not cordoned: cannot list the nodes ({describe(exc, api)})"
+        return results
+    known = {(n.get("metadata") or {}).get("name") for n in listed}
+    budget = DisruptionGate(listed, limits or Limits(), now=wall())
+    stopped = None
     for result in results.values():
+        if result.node not in known:
+            result.member = False
+            continue
+        if stopped:
+            result.error = f"not cordoned: the API server failed earlier in this run ({stopped})"
+            continue
+        if why := budget.admit(result.node):
+            result.held = why
+            continue
         action = GateAction(node=result.node, verdict="INSTALL")
-        apply_target(api, action, _uncertify(result.host), dry_run=False)
+        if apply_target(api, action, _uncertify(result.host), dry_run=False):
+            stopped = action.error
         result.member, result.changes = not action.missing, action.changes
+        result.held = action.held
         if action.error and not action.missing:
             result.error = f"not cordoned: {action.error}"
     deadline = clock() + timeout_s
-    waiting = {h: r for h, r in results.items() if r.member and not r.error}
+    waiting = {h: r for h, r in results.items() if r.member and not r.error and not r.held}
     refused: dict[str, dict[str, str]] = {h: {} for h in waiting}  # pod -> why not evicted
     remaining: dict[str, list[str]] = {}
     while waiting:

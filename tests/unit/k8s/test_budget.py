@@ -220,8 +220,8 @@ def test_new_take_outs_per_window_include_those_before_a_restart():
 
     assert restarted.admit("n010") is None  # the 5th
     assert restarted.admit("n011") == (
-        "held back: 5 nodes taken out by gpuboot in the last 600 s, --max-new-takeouts 5 "
-        "(of 100) per --takeout-window 600"
+        "held back: gpuboot took out 5 of 100 nodes in the last 600 s, --max-new-takeouts 5 "
+        "per --takeout-window 600"
     )
     later = DisruptionGate(nodes, Limits(max_new="5", max_unavailable="50%"), now=NOW + 301)
     assert later.admit("n011") is None  # the first 4 have left the window

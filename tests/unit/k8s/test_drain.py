@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gpuboot.k8s import apply_gate
+from gpuboot.k8s.budget import Limits
 from gpuboot.k8s.drain import drain
 from gpuboot_lab.kubeapi import FakeApiServer, node, pod
 
@@ -44,6 +47,10 @@ def fake_time() -> FakeTime:
     return FakeTime()
 
 
+# a budget that never binds, for the cases about something else
+OPEN = Limits(max_unavailable="100%", max_new="100%")
+
+
 def run(kubeconfig: str, hosts: list[str], fake_time: FakeTime, **kw):
     return drain(
         hosts,
@@ -52,6 +59,7 @@ def run(kubeconfig: str, hosts: list[str], fake_time: FakeTime, **kw):
         poll_s=2,
         clock=fake_time.clock,
         sleep=fake_time.sleep,
+        limits=kw.pop("limits", OPEN),
         **kw,
     )
 
@@ -147,7 +155,7 @@ def test_a_host_the_cluster_does_not_know_is_left_alone(
 ):
     result = run(kubeconfig, ["node9"], fake_time)["node9"]
     assert not result.member and result.error is None and result.evicted == []
-    assert apiserver.calls() == [("GET", "/api/v1/nodes/node9")]
+    assert apiserver.calls() == [("GET", "/api/v1/nodes")]  # not in the list: never asked for
 
 
 def test_inventory_names_map_to_node_names(
@@ -167,13 +175,108 @@ def test_the_node_returns_only_once_it_certifies_again(
 
     failed = reports.make({"gpu-a01": "FAIL"})
     judged, certs = gate_args(failed)
-    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW)
+    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW, limits=OPEN)
     assert apiserver.nodes["gpu-a01"]["spec"]["unschedulable"] is True
 
     passed = reports.make({"gpu-a01": "PASS"})
     judged, certs = gate_args(passed)
-    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW)
+    apply_gate(judged, certificates=certs, kubeconfig=kubeconfig, now=NOW, limits=OPEN)
     stored = apiserver.nodes["gpu-a01"]
     assert "unschedulable" not in stored["spec"]
     assert UNCERT not in stored["spec"]["taints"]
     assert CORDONED_BY not in stored["metadata"]["annotations"]
+
+
+# ------------------------------------------------------------------ the disruption gate
+
+
+def test_a_node_the_budget_holds_back_is_neither_cordoned_nor_drained(
+    apiserver: FakeApiServer, kubeconfig: str, fake_time: FakeTime
+):
+    for name in ("gpu-a01", "gpu-a02", "gpu-a03"):
+        apiserver.add(node(name))
+        apiserver.add_pod(pod(f"web-{name}", name))
+    apiserver.add(node("gpu-a04", unschedulable=True))  # another tool's cordon counts too
+
+    results = run(
+        kubeconfig,
+        ["gpu-a01", "gpu-a02", "gpu-a03"],
+        fake_time,
+        limits=Limits(max_unavailable="2", max_new="100%"),
+    )
+
+    assert results["gpu-a01"].held is None and results["gpu-a01"].evicted == ["default/web-gpu-a01"]
+    for name in ("gpu-a02", "gpu-a03"):
+        assert results[name].held == "held back: 2 of 4 nodes unavailable, --max-unavailable 2"
+        assert results[name].error is None and results[name].evicted == []
+        assert not apiserver.nodes[name]["spec"].get("unschedulable")
+    assert [c for c in apiserver.calls() if c[0] == "PATCH"] == [("PATCH", "/api/v1/nodes/gpu-a01")]
+
+
+def test_a_node_another_remediator_owns_is_not_drained(
+    apiserver: FakeApiServer, kubeconfig: str, fake_time: FakeTime
+):
+    apiserver.add(node("gpu-a01", labels={"gpuboot.io/managed": "false"}))
+    apiserver.add_pod(pod("web-1", "gpu-a01"))
+
+    result = run(kubeconfig, ["gpu-a01"], fake_time)["gpu-a01"]
+
+    assert (result.held or "").startswith("left alone: ") and "gpuboot.io/managed" in result.held
+    assert apiserver.patches() == [] and apiserver.evictions() == []
+
+
+def test_an_api_server_failing_before_the_list_touches_nothing(
+    apiserver: FakeApiServer, kubeconfig: str, fake_time: FakeTime
+):
+    apiserver.add(node("gpu-a01"))
+    apiserver.inject(500, path=r"^/api/v1/nodes$", times=1)
+
+    result = run(kubeconfig, ["gpu-a01"], fake_time)["gpu-a01"]
+
+    assert "cannot list the nodes" in (result.error or "") and "500" in result.error
+    assert apiserver.calls("PATCH") == [] and apiserver.evictions() == []
+
+
+def test_an_api_server_failing_mid_batch_stops_the_next_cordons(
+    apiserver: FakeApiServer, kubeconfig: str, fake_time: FakeTime
+):
+    for name in ("gpu-a01", "gpu-a02", "gpu-a03"):
+        apiserver.add(node(name))
+    apiserver.inject(503, path="^/api/v1/nodes/gpu-a02$", method="PATCH")
+
+    results = run(kubeconfig, ["gpu-a01", "gpu-a02", "gpu-a03"], fake_time)
+
+    assert results["gpu-a01"].error is None
+    assert "503" in (results["gpu-a02"].error or "")
+    assert "failed earlier in this run" in (results["gpu-a03"].error or "")
+    assert ("GET", "/api/v1/nodes/gpu-a03") not in apiserver.calls()
+    assert not apiserver.nodes["gpu-a03"]["spec"].get("unschedulable")
+
+
+def test_install_leaves_a_held_node_pending_and_says_how_to_go_on(
+    apiserver: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    from gpuboot import install
+    from gpuboot.rollout import RolloutState
+    from gpuboot.runner import HostResult
+
+    apiserver.add(node("gpu-a01"))
+    apiserver.add(node("gpu-a02"))
+    monkeypatch.setattr(install, "stack_changes", lambda _inv, batch: list(batch))
+    inv = SimpleNamespace(path=tmp_path / "hosts.yml", k8s_node_names=dict)
+    hosts = ["gpu-a01", "gpu-a02"]
+    state = RolloutState(inventory=str(inv.path), hosts=hosts, batch_size=2, budget=None)
+    result = install.InstallResult(
+        "run-1", tmp_path, 0.0, {h: HostResult(host=h, pending=True) for h in hosts}, state
+    )
+    limits = Limits(max_unavailable="1", max_new="100%")
+
+    batch = install._drain_batch(inv, hosts, install.Drain(kubeconfig, limits=limits), result)
+
+    assert batch == ["gpu-a01"]
+    held = result.hosts["gpu-a02"]
+    assert held.pending and held.status == "pending" and state.pending == hosts
+    assert held.reason == (
+        "gpu-a02: held back: 1 of 2 nodes unavailable, --max-unavailable 1; re-run when nodes "
+        f"are back: gpuboot install -i {inv.path} --resume run-1"
+    )

@@ -7,7 +7,7 @@ import hashlib
 import importlib.util
 import os
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ import pytest
 
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.k8s import apply_gate
+from gpuboot.k8s.budget import Limits
+from gpuboot.results import RunReport
 from gpuboot_lab.kubeapi import TOKEN, FakeApiServer, node
 
 from .conftest import EXPIRES, NOW, Reports, finding, gate_args
@@ -35,10 +37,18 @@ SMP = "application/strategic-merge-patch+json"
 CERTIFIED, STACK = "gpuboot.io/certified", "gpuboot.io/stack"
 SHA, EXPIRY = "gpuboot.io/cert-sha256", "gpuboot.io/cert-expiry"
 FAILED, CORDONED_BY = "gpuboot.io/failed-rules", "gpuboot.io/cordoned-by"
+STATE, TAKEN_OUT_AT, REASON = "gpuboot.io/state", "gpuboot.io/taken-out-at", "gpuboot.io/reason"
+LIST = ("GET", "/api/v1/nodes")  # the disruption gate counts from one list, first
+
+
+# a budget that never binds, for the cases about something else (tiny clusters: the
+# default 10% of 2 nodes is 1)
+OPEN = Limits(max_unavailable="100%", max_new="100%")
 
 
 def gate(report: dict[str, Any], kubeconfig: str, **kw: Any):
     run, certs = gate_args(report)
+    kw.setdefault("limits", OPEN)
     return apply_gate(run, certificates=certs, kubeconfig=kubeconfig, now=kw.pop("now", NOW), **kw)
 
 
@@ -49,6 +59,16 @@ def cert_labels(report: dict[str, Any], host: str) -> dict[str, str]:
 
 def path(name: str) -> str:
     return f"/api/v1/nodes/{name}"
+
+
+def acted(name: str) -> list[tuple[str, str]]:
+    """The requests of a node patched and given new conditions (read, patch, read, status)."""
+    return [
+        ("GET", path(name)),
+        ("PATCH", path(name)),
+        ("GET", path(name)),
+        ("PATCH", f"{path(name)}/status"),
+    ]
 
 
 # ------------------------------------------------------------------ PASS
@@ -64,7 +84,7 @@ def test_pass_removes_only_the_uncertified_taint_and_labels_the_node(
 
     [action] = gate(report, kubeconfig)
 
-    assert apiserver.calls() == [("GET", path("gpu-a01")), ("PATCH", path("gpu-a01"))]
+    assert apiserver.calls() == [LIST, *acted("gpu-a01")]
     [patch] = apiserver.patches()
     assert patch.content_type == SMP
     assert patch.query == {"fieldManager": ["gpuboot"]}
@@ -151,30 +171,8 @@ def test_pass_leaves_a_node_cordoned_by_someone_else_cordoned(
 # ------------------------------------------------------------------ FAIL / ERROR
 
 
-@pytest.mark.parametrize(
-    ("verdict", "findings", "failed"),
-    [
-        (
-            "FAIL",
-            [
-                finding("XID-079", "FAIL"),
-                finding("GPU-003", "FAIL"),
-                finding("NVL-001", "ERROR"),
-                finding("PCI-001", "PASS"),
-                finding("ECC-002", "WARN"),
-            ],
-            "GPU-003_NVL-001_XID-079",
-        ),
-        ("ERROR", [finding("BW-004", "ERROR"), finding("GPU-001", "PASS")], "BW-004"),
-    ],
-)
-def test_fail_and_error_taint_label_and_cordon_a_schedulable_node(
-    apiserver: FakeApiServer,
-    kubeconfig: str,
-    reports: Reports,
-    verdict: str,
-    findings: list[dict[str, Any]],
-    failed: str,
+def test_fail_takes_the_node_out_with_gpuboots_taint_not_a_cordon(
+    apiserver: FakeApiServer, kubeconfig: str, reports: Reports
 ):
     # a node that passed before: its certificate labels must go
     apiserver.add(
@@ -184,27 +182,68 @@ def test_fail_and_error_taint_label_and_cordon_a_schedulable_node(
             labels={CERTIFIED: "true", STACK: "lts-550", SHA: "0123456789abcdef"},
         )
     )
-    report = reports.make({"gpu-a02": verdict}, findings={"gpu-a02": findings})
+    findings = [
+        finding("XID-079", "FAIL"),
+        finding("GPU-003", "FAIL"),
+        finding("NVL-001", "ERROR"),
+        finding("PCI-001", "PASS"),
+        finding("ECC-002", "WARN"),
+    ]
+    report = reports.make({"gpu-a02": "FAIL"}, findings={"gpu-a02": findings})
 
     [action] = gate(report, kubeconfig)
 
-    assert apiserver.calls() == [("GET", path("gpu-a02")), ("PATCH", path("gpu-a02"))]
+    assert apiserver.calls() == [LIST, *acted("gpu-a02")]
     [patch] = apiserver.patches()
     assert patch.content_type == SMP
+    why = "failed: GPU-003, XID-079; could not run: NVL-001"
     assert patch.body == {
         "metadata": {
-            "labels": {CERTIFIED: "false", FAILED: failed, STACK: None, SHA: None},
-            "annotations": {CORDONED_BY: "gpuboot"},
+            "labels": {
+                CERTIFIED: "false",
+                FAILED: "GPU-003_NVL-001_XID-079",
+                STACK: None,
+                SHA: None,
+                STATE: "taken-out",
+            },
+            "annotations": {TAKEN_OUT_AT: str(int(NOW.timestamp())), REASON: why},
             "resourceVersion": "100",
         },
-        "spec": {"taints": [GPU_OP, UNCERT], "unschedulable": True},
+        "spec": {"taints": [GPU_OP, UNCERT]},  # no cordon: nothing evicts its pods
     }
     stored = apiserver.nodes["gpu-a02"]
-    assert stored["spec"] == {"taints": [GPU_OP, UNCERT], "unschedulable": True}
-    assert stored["metadata"]["annotations"] == {CORDONED_BY: "gpuboot"}
+    assert stored["spec"]["taints"] == [GPU_OP, UNCERT]
+    assert not stored["spec"].get("unschedulable")
     assert {STACK, SHA} & set(stored["metadata"]["labels"]) == set()
-    assert action.error is None and action.verdict == verdict
-    assert "cordoned (spec.unschedulable=true)" in action.changes
+    for kind in ("GPUBootCertified", "GPUBootCompliant"):
+        condition = apiserver.condition("gpu-a02", kind) or {}
+        assert (condition.get("status"), condition.get("reason")) == ("False", "RulesFailed")
+        assert condition.get("message") == why
+    assert action.error is None and action.held is None and action.verdict == "FAIL"
+    assert "taint gpuboot.io/uncertified=true:NoSchedule added" in action.changes
+
+
+def test_a_node_that_could_not_be_judged_is_left_as_it_is_and_says_unknown(
+    apiserver: FakeApiServer, kubeconfig: str, reports: Reports
+):
+    apiserver.add(node("gpu-a02", taints=[GPU_OP], labels={CERTIFIED: "true"}))
+    report = reports.make(
+        {"gpu-a02": "ERROR"},
+        findings={"gpu-a02": [finding("BW-004", "ERROR"), finding("GPU-001", "PASS")]},
+    )
+
+    [action] = gate(report, kubeconfig)
+
+    assert apiserver.patches() == []  # what could not be read says nothing of the hardware
+    assert apiserver.nodes["gpu-a02"]["spec"]["taints"] == [GPU_OP]
+    for kind in ("GPUBootCertified", "GPUBootCompliant"):
+        condition = apiserver.condition("gpu-a02", kind) or {}
+        assert (condition.get("status"), condition.get("reason")) == (
+            "Unknown",
+            "CheckCouldNotRun",
+        )
+        assert "BW-004" in condition.get("message", "")
+    assert action.error is None and any("could not judge BW-004" in n for n in action.notes)
 
 
 def test_fail_keeps_an_existing_uncertified_taint_as_it_is(
@@ -217,7 +256,7 @@ def test_fail_keeps_an_existing_uncertified_taint_as_it_is(
     gate(report, kubeconfig)
 
     [patch] = apiserver.patches()
-    assert "taints" not in patch.body["spec"]  # nothing to add: the list is left alone
+    assert "spec" not in patch.body  # nothing to add: the taint list is left alone
     assert apiserver.nodes["gpu-a02"]["spec"]["taints"] == [registered, GPU_OP]
 
 
@@ -231,7 +270,7 @@ def test_a_cordon_made_by_someone_else_is_never_claimed(
     gate(reports.make({"gpu-a02": "PASS"}), kubeconfig)  # so a later PASS leaves it cordoned
 
     fail_patch, pass_patch = apiserver.patches()
-    assert "annotations" not in fail_patch.body["metadata"]
+    assert CORDONED_BY not in fail_patch.body["metadata"].get("annotations", {})
     assert "unschedulable" not in fail_patch.body.get("spec", {})
     assert "unschedulable" not in pass_patch.body["spec"]
     assert apiserver.nodes["gpu-a02"]["spec"]["unschedulable"] is True
@@ -256,8 +295,12 @@ def test_warn_stays_tainted_unless_allowed(
 
     first, second = apiserver.patches()
     assert first.body == {
-        "metadata": {"labels": {CERTIFIED: "false", FAILED: "BW-002"}, "resourceVersion": "100"}
-    }  # no taint change, no cordon: degraded, not broken
+        "metadata": {
+            "labels": {CERTIFIED: "false", FAILED: "BW-002", STATE: "taken-out"},
+            "annotations": {REASON: "warned: BW-002"},
+            "resourceVersion": "100",
+        }
+    }  # the taint it has stays, no cordon: degraded, not broken
     assert second.body["spec"] == {"taints": []}
     assert second.body["metadata"]["labels"][CERTIFIED] == "true"
     assert held.error is None and let_in.error is None
@@ -301,11 +344,7 @@ def test_a_node_missing_from_the_cluster_is_reported_and_the_others_gated(
 
     ghost, a01 = gate(report, kubeconfig)
 
-    assert apiserver.calls() == [
-        ("GET", path("ghost")),
-        ("GET", path("gpu-a01")),
-        ("PATCH", path("gpu-a01")),
-    ]
+    assert apiserver.calls() == [LIST, *acted("gpu-a01")]  # not in the list: never asked for
     assert ghost.missing and "no such node" in (ghost.error or "") and ghost.changes == []
     assert not a01.missing and a01.error is None
     assert apiserver.nodes["gpu-a01"]["spec"]["taints"] == []
@@ -325,17 +364,17 @@ def test_a_conflict_on_one_node_is_that_nodes_error_and_clobbers_nothing(
     a01, a02 = gate(report, kubeconfig)
 
     assert apiserver.calls() == [
+        LIST,
         ("GET", path("gpu-a01")),
-        ("PATCH", path("gpu-a01")),
-        ("GET", path("gpu-a02")),
-        ("PATCH", path("gpu-a02")),
+        ("PATCH", path("gpu-a01")),  # 409: neither its conditions nor a stop for the others
+        *acted("gpu-a02"),
     ]
     assert apiserver.patches("gpu-a01")[0].body["metadata"]["resourceVersion"] == "100"
     assert "conflict" in (a01.error or "") and a01.changes == []
     stored = apiserver.nodes["gpu-a01"]
     assert stored["metadata"]["labels"]["team"] == "infra"  # the other writer's change stands
     assert stored["spec"]["taints"] == [UNCERT] and CERTIFIED not in stored["metadata"]["labels"]
-    assert a02.error is None and apiserver.nodes["gpu-a02"]["spec"]["unschedulable"] is True
+    assert a02.error is None and apiserver.nodes["gpu-a02"]["spec"]["taints"] == [UNCERT]
 
 
 def test_api_errors_are_collected_per_node(
@@ -348,7 +387,7 @@ def test_api_errors_are_collected_per_node(
 
     actions = gate(report, kubeconfig)
 
-    assert apiserver.calls() == [("GET", path("gpu-a01")), ("GET", path("gpu-a02"))]
+    assert apiserver.calls() == [LIST]  # refused: nothing is decided without the list
     assert all("401" in (a.error or "") and not a.missing for a in actions)
 
 
@@ -404,7 +443,10 @@ def test_a_second_run_only_reads(apiserver: FakeApiServer, kubeconfig: str, repo
 
     again = gate(report, kubeconfig)
 
-    assert apiserver.calls() == [("GET", path("gpu-a01")), ("GET", path("gpu-a02"))]
+    assert apiserver.calls() == [
+        LIST,
+        *[("GET", path(name)) for name in ("gpu-a01", "gpu-a01", "gpu-a02", "gpu-a02")],
+    ]  # the node, then its conditions: read, found as wanted
     assert [a.changes for a in again] == [[], []]
     assert all(a.error is None for a in again)
 
@@ -420,7 +462,7 @@ def test_inventory_hosts_map_to_kubernetes_node_names(
 
     [action] = gate(report, kubeconfig, node_names={"gpu-a01": "worker-17"})
 
-    assert apiserver.calls() == [("GET", path("worker-17")), ("PATCH", path("worker-17"))]
+    assert apiserver.calls() == [LIST, *acted("worker-17")]
     assert (action.node, action.host) == ("worker-17", "gpu-a01")
 
 
@@ -461,3 +503,264 @@ def test_without_the_kubernetes_client_the_gate_says_how_to_get_it(
     with pytest.raises(BadInput) as info:
         gate(reports.make({"gpu-a01": "FAIL"}), kubeconfig)
     assert "gpuboot[k8s]" in (info.value.hint or "")
+
+
+# ------------------------------------------------------------------ the disruption gate
+
+XID_48 = "Xid 48 (double-bit ECC error) on 0000:1b:00.0"
+XID_79 = "Xid 79 (GPU has fallen off the bus) on 0000:1b:00.0"
+CANCELLED_AT = "gpuboot.io/cancelled-at"
+T0 = NOW.timestamp()
+
+
+def scan(*failing: str, reason: str = XID_48) -> RunReport:
+    """A scan's report: only its failing nodes go to the gate."""
+    fault = {"rule": "XID-001", "title": "Xid", "status": "FAIL", "reason": reason}
+    nodes = [{"host": h, "verdict": "FAIL", "findings": [fault]} for h in failing]
+    return RunReport.from_dict({"run_id": "scan", "nodes": nodes})
+
+
+def scan_gate(kubeconfig: str, run: RunReport, at: float, **kw: Any):
+    kw.setdefault("limits", OPEN)
+    return apply_gate(run, kubeconfig=kubeconfig, now=datetime.fromtimestamp(at, UTC), **kw)
+
+
+def taken_out_times(apiserver: FakeApiServer) -> dict[str, float]:
+    return {
+        name: float(doc["metadata"]["annotations"][TAKEN_OUT_AT])
+        for name, doc in apiserver.nodes.items()
+        if TAKEN_OUT_AT in (doc["metadata"].get("annotations") or {})
+    }
+
+
+def test_twelve_failures_over_an_hour_never_exceed_the_new_take_outs_per_window(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    for i in range(40):
+        apiserver.add(node(f"n{i:02d}"))
+    fails_at = [0, 0, 0, 0, 0, 300, 300, 900, 1200, 1200, 1800, 2400]  # s after T0
+    limits = Limits(max_unavailable="50%", max_new="2", window_s=600)
+
+    for t in range(0, 5401, 300):  # a scan every 5 minutes for an hour and a half
+        failing = [f"n{i:02d}" for i, at in enumerate(fails_at) if at <= t]
+        actions = scan_gate(kubeconfig, scan(*failing), T0 + t, limits=limits)
+        assert all(a.error is None for a in actions)
+        times = sorted(taken_out_times(apiserver).values())
+        for start in times:
+            assert len([x for x in times if start <= x < start + 600]) <= 2, t
+
+    assert sorted(taken_out_times(apiserver)) == [f"n{i:02d}" for i in range(12)]  # all, in the end
+
+
+def test_a_restart_after_four_take_outs_still_refuses_the_fifth_and_sixth(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    for i in range(40):
+        apiserver.add(node(f"n{i:02d}"))
+    limits = Limits(max_unavailable="50%", max_new="10%", window_s=600)  # 4 of 40
+    first = scan_gate(kubeconfig, scan("n00", "n01", "n02", "n03"), T0, limits=limits)
+    assert [a.held for a in first] == [None] * 4  # ... then gpuboot is killed
+
+    # a new process: nothing in memory, the window read back from the nodes
+    again = scan_gate(kubeconfig, scan(*[f"n{i:02d}" for i in range(6)]), T0 + 120, limits=limits)
+
+    assert [a.held for a in again[:4]] == [None] * 4  # already out: no admission needed
+    for action in again[4:]:
+        assert action.held == (
+            "held back: gpuboot took out 4 of 40 nodes in the last 600 s, --max-new-takeouts 10% "
+            "per --takeout-window 600"
+        )
+        stored = apiserver.nodes[action.node]
+        assert UNCERT not in stored["spec"]["taints"]
+        assert stored["metadata"]["labels"][STATE] == "noncompliant"  # flagged, visible
+        assert stored["metadata"]["annotations"][REASON] == action.held
+    later = scan_gate(kubeconfig, scan(*[f"n{i:02d}" for i in range(6)]), T0 + 601, limits=limits)
+    assert [a.held for a in later] == [None] * 6
+    assert UNCERT in apiserver.nodes["n05"]["spec"]["taints"]
+
+
+def test_four_domains_a_rolling_install_a_scan_and_a_foreign_cordon_never_two_of_a_domain_out(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    from gpuboot.k8s.budget import census
+    from gpuboot.k8s.drain import drain
+
+    racks = {f"r{r}{x}": f"r{r}" for r in range(4) for x in "ab"}
+    for name, rack in racks.items():
+        apiserver.add(node(name, labels={"rack": rack}))
+    limits = Limits(max_unavailable="100%", max_new="100%", domain_label="rack")
+
+    def out_per_rack() -> dict[str, int]:
+        out = census(list(apiserver.nodes.values()), now=T0, window_s=600).unavailable
+        count: dict[str, int] = {}
+        for name in out:
+            count[racks[name]] = count.get(racks[name], 0) + 1
+        return count
+
+    apiserver.edit("r1a", lambda doc: doc["spec"].update(unschedulable=True))  # another tool
+    steps = [
+        lambda: drain(["r0a", "r1b", "r2a"], kubeconfig=kubeconfig, limits=limits),
+        lambda: scan_gate(kubeconfig, scan("r0b", "r2b", "r3a"), T0, limits=limits),
+        lambda: drain(["r3b", "r1b", "r2b"], kubeconfig=kubeconfig, limits=limits),
+    ]
+    for step in steps:
+        step()
+        assert max(out_per_rack().values()) == 1
+
+    assert out_per_rack() == {"r0": 1, "r1": 1, "r2": 1, "r3": 1}
+    assert apiserver.nodes["r3a"]["spec"]["taints"] == [UNCERT]  # the scan's take-out
+    assert not apiserver.nodes["r3b"]["spec"].get("unschedulable")  # so r3b waits
+
+
+def test_the_api_server_failing_takes_no_action_and_leaves_nothing_half_done(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    for name in ("n1", "n2", "n3"):
+        apiserver.add(node(name))
+    apiserver.inject(500, path="^/api/v1/nodes$", times=1)
+
+    refused = scan_gate(kubeconfig, scan("n1", "n2", "n3"), T0)
+
+    assert apiserver.calls() == [LIST]  # nothing is decided from what could not be read
+    assert all("cannot list the nodes" in (a.error or "") for a in refused)
+
+    apiserver.requests.clear()
+    apiserver.inject(500, path="^/api/v1/nodes/n2$", method="PATCH", times=1)
+    broken = scan_gate(kubeconfig, scan("n1", "n2", "n3"), T0 + 60)
+
+    assert [a.error is None for a in broken] == [True, False, False]
+    assert "500" in (broken[1].error or "")
+    assert "failed earlier in this run" in (broken[2].error or "")
+    assert not any(path("n3") in p for _m, p in apiserver.calls())  # not even read
+    assert UNCERT not in apiserver.nodes["n2"]["spec"]["taints"]  # the refused patch: whole
+
+    scan_gate(kubeconfig, scan("n1", "n2", "n3"), T0 + 120)  # the API is back
+
+    assert taken_out_times(apiserver) == {"n1": T0 + 60, "n2": T0 + 120, "n3": T0 + 120}
+
+
+def test_a_node_the_breaker_holds_is_flagged_not_taken_out_and_spends_no_budget(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    for i in range(20):
+        apiserver.add(node(f"n{i:02d}"))
+    why = "breaker open for XID-001: 4 of 5 nodes fail it for the same reason"
+    limits = Limits(max_new="1")
+
+    held, taken = scan_gate(kubeconfig, scan("n00", "n01"), T0, limits=limits, hold={"n00": why})
+
+    assert held.held == why and taken.held is None
+    stored = apiserver.nodes["n00"]
+    assert UNCERT not in stored["spec"]["taints"]
+    assert stored["metadata"]["labels"][STATE] == "noncompliant"
+    assert stored["metadata"]["annotations"][REASON] == why
+    assert (apiserver.condition("n00", "GPUBootCompliant") or {}).get("status") == "False"
+    assert apiserver.nodes["n01"]["spec"]["taints"] == [UNCERT]
+
+
+def test_the_worst_node_gets_the_last_place_in_the_budget(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    for i in range(20):
+        apiserver.add(node(f"n{i:02d}"))
+    run = RunReport.from_dict(
+        {
+            "run_id": "scan",
+            "nodes": [
+                *[n.to_dict() for n in scan("n00").nodes],
+                *[n.to_dict() for n in scan("n01", reason=XID_79).nodes],
+            ],
+        }
+    )
+
+    first, worst = scan_gate(kubeconfig, run, T0, limits=Limits(max_new="1"))
+
+    assert worst.held is None and first.held and "--max-new-takeouts 1" in first.held
+    assert [a.node for a in (first, worst)] == ["n00", "n01"]  # reported in report order
+
+
+# ------------------------------------------------------------------ ownership
+
+
+def test_a_node_another_remediator_owns_gets_no_action(apiserver: FakeApiServer, kubeconfig: str):
+    owned = {
+        "key": "node.kubernetes.io/out-of-service",
+        "value": "nodeshutdown",
+        "effect": "NoExecute",
+    }
+    apiserver.add(node("n1", taints=[owned]))
+    apiserver.add(node("n2", labels={"gpuboot.io/managed": "false"}))
+
+    actions = scan_gate(kubeconfig, scan("n1", "n2"), T0)
+
+    assert apiserver.calls() == [LIST]
+    assert all((a.held or "").startswith("left alone: ") for a in actions)
+    assert "out-of-service" in (actions[0].held or "")
+    assert "gpuboot.io/managed" in (actions[1].held or "")
+
+
+def test_a_human_uncordon_cancels_the_take_out_and_starts_a_cool_down(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    apiserver.add(node("n1", annotations={CORDONED_BY: "gpuboot", TAKEN_OUT_AT: str(int(T0))}))
+    apiserver.add(node("n2"))  # gpuboot cordoned it (a drain); a human uncordoned it
+
+    [cancel] = scan_gate(kubeconfig, scan("n1"), T0 + 60)
+
+    stored = apiserver.nodes["n1"]
+    assert stored["spec"]["taints"] == [] and not stored["spec"].get("unschedulable")
+    assert stored["metadata"]["annotations"] == {CANCELLED_AT: str(int(T0 + 60))}
+    assert STATE not in stored["metadata"]["labels"]
+    assert any("no take-out before" in n for n in cancel.notes) and cancel.held is None
+    assert (apiserver.condition("n1", "GPUBootCompliant") or {}).get("status") == "False"
+
+    apiserver.requests.clear()
+    [cooling] = scan_gate(kubeconfig, scan("n1"), T0 + 1800)
+
+    assert apiserver.patches() == []  # left alone, only its conditions are current
+    assert "cool-down until" in (cooling.held or "")
+
+    [again] = scan_gate(kubeconfig, scan("n1"), T0 + 60 + 3600)
+
+    assert again.held is None
+    stored = apiserver.nodes["n1"]
+    assert stored["spec"]["taints"] == [UNCERT]
+    assert CANCELLED_AT not in stored["metadata"]["annotations"]
+
+
+def test_removing_gpuboots_taint_by_hand_cancels_too_unless_the_gpu_is_lost(
+    apiserver: FakeApiServer, kubeconfig: str
+):
+    marks = {TAKEN_OUT_AT: str(int(T0)), REASON: "failed: XID-001"}
+    apiserver.add(node("n1", labels={STATE: "taken-out"}, annotations=dict(marks)))
+    apiserver.add(node("n2", labels={STATE: "taken-out"}, annotations=dict(marks)))
+
+    _quiet, lost = scan_gate(
+        kubeconfig,
+        RunReport.from_dict(
+            {
+                "run_id": "scan",
+                "nodes": [
+                    *[n.to_dict() for n in scan("n1").nodes],
+                    *[n.to_dict() for n in scan("n2", reason=XID_79).nodes],
+                ],
+            }
+        ),
+        T0 + 60,
+    )
+
+    assert apiserver.nodes["n1"]["spec"]["taints"] == []
+    assert apiserver.nodes["n1"]["metadata"]["annotations"] == {CANCELLED_AT: str(int(T0 + 60))}
+    assert apiserver.nodes["n2"]["spec"]["taints"] == [UNCERT]  # critical: taken out again
+    assert any("critical" in n for n in lost.notes)
+
+
+def test_a_quarantined_node_gets_no_automatic_action(
+    apiserver: FakeApiServer, kubeconfig: str, reports: Reports
+):
+    apiserver.add(node("gpu-a01", taints=[UNCERT], labels={"gpuboot.io/action": "rma"}))
+
+    [action] = gate(reports.make({"gpu-a01": "PASS"}), kubeconfig)
+
+    assert apiserver.calls() == [LIST]
+    assert "gpuboot node release gpu-a01" in (action.held or "")
