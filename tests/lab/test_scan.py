@@ -1,6 +1,6 @@
 """`gpuboot scan` on a 1-node lab in service (a fake Kubernetes API server stands for the
 cluster): a healthy node scans clean and is left alone; a fallen NVLink is new drift, the
-node is taken out of service (cordoned, tainted) and exit 1; once the fault is cleared the
+node is taken out of service (gpuboot's taint, no cordon) and exit 1; once the fault is cleared the
 rule shows as cleared. Every scan adds a history line and a node_exporter textfile."""
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ def test_drift_is_new_and_takes_the_node_out_of_service(lab, cluster, dirs):
     assert n["verdict"] == "FAIL" and "NVL-001" in n["drift"]["new"]
     assert n["drift"]["previous_scan"] == history(dirs)[0]["time"]
     stored = cluster[0].nodes["node1"]
-    assert stored["spec"].get("unschedulable") is True
+    assert not stored["spec"].get("unschedulable")  # gpuboot's keyed taint, not the shared cordon
     assert UNCERT in {t["key"] for t in stored["spec"]["taints"]}
+    assert stored["metadata"]["labels"]["gpuboot.io/state"] == "taken-out"
     assert history(dirs)[-1]["failing"]["NVL-001"] == "FAIL"
     assert (
         'gpuboot_scan_node_verdict{host="node1",verdict="FAIL"} 1'
