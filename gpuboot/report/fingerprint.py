@@ -229,7 +229,8 @@ _NIC_IDENTITY = ("ca_type", "firmware", "node_guid", "vendor_part_id", "board_id
 
 def identity(fp: dict[str, Any]) -> dict[str, Any]:
     """The facts of a fingerprint that name the node's hardware and stack, flat: each GPU
-    (serial, UUID, slot, VBIOS, maximum PCIe link), each NIC (GUID, firmware), the driver
+    (serial, UUID, slot, VBIOS, maximum PCIe link), each NIC (GUID, firmware), where they
+    sit (GPU to NIC paths, NVLink bonds), the driver
     and the stack's package versions. Not the live PCIe link (an idle GPU trains down to
     save power) nor the digest of every package (an unrelated update changes no GPU)."""
     out: dict[str, Any] = {}
@@ -239,9 +240,28 @@ def identity(fp: dict[str, Any]) -> dict[str, Any]:
         out[f"GPU {i} PCIe max"] = f"Gen{link.get('gen_max')} x{link.get('width_max')}"
     for nic in fp.get("nics") or []:
         out |= {f"NIC {nic.get('device')} {k}": nic.get(k) for k in _NIC_IDENTITY if k in nic}
+    out |= placement(fp.get("pcie_topology") or {})
     out |= {f"driver {k}": v for k, v in (fp.get("driver") or {}).items()}
     packages = (fp.get("stack") or {}).get("packages") or {}
     out |= {f"package {name}": version for name, version in packages.items()}
+    return out
+
+
+def placement(topo: dict[str, Any]) -> dict[str, str]:
+    """Where the parts sit relative to each other (nvidia-smi topo -m): each GPU's path to
+    each NIC, by the NIC's name, and each GPU pair's NVLink bond. Two NICs that swap slots
+    keep their GUIDs and names but not their GPUs: the rail a GPU's traffic takes changes."""
+    links = topo.get("links") if isinstance(topo.get("links"), dict) else {}
+    names = topo.get("nic_names") if isinstance(topo.get("nic_names"), dict) else {}
+    out: dict[str, str] = {}
+    for dev, row in sorted(links.items()):
+        if not str(dev).startswith("GPU") or not isinstance(row, dict):
+            continue
+        for other, how in sorted(row.items()):
+            if str(other).startswith("NIC"):
+                out[f"{dev} to {names.get(other, other)}"] = str(how)
+            elif str(other).startswith("GPU") and str(dev) < str(other):
+                out[f"{dev} to {other}"] = str(how)
     return out
 
 

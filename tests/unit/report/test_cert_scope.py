@@ -252,3 +252,23 @@ def test_cli_refuses_a_validity_over_the_maximum_before_any_host(tmp_path):
     proc = gpuboot("certify", "-i", str(inventory), "--cert-validity-days", "400")
     assert proc.returncode == 2
     assert "--cert-validity-days" in proc.stderr and "365" in proc.stderr
+
+
+def _swap_nic_slots(bundle: Path, a: str, b: str) -> None:
+    """Two NICs trade PCIe slots: names and GUIDs stay, the GPUs beside them change."""
+    topo = next((bundle / "gpu-a01").glob("nvidia-smi_topo_-m*"))
+    text = topo.read_text()
+    text = text.replace(f": {a}\n", ": SWAP\n").replace(f": {b}\n", f": {a}\n")
+    topo.write_text(text.replace(": SWAP\n", f": {b}\n"))
+    write_manifest(bundle)
+
+
+def test_verify_against_a_bundle_refuses_nics_that_swapped_slots(tmp_path, key):
+    cert = certificate.issue(
+        NodeReport.from_dict(node_report()), make_bundle(tmp_path / "a", ["gpu-a01"]), key, now=NOW
+    )
+    swapped = make_bundle(tmp_path / "b", ["gpu-a01"])
+    _swap_nic_slots(swapped, "mlx5_0", "mlx5_2")
+    bad = certificate.verify(cert, pub(key), host="gpu-a01", bundle=swapped, now=NOW)
+    assert not bad.ok and "hardware differs" in bad.reason
+    assert "GPU0 to mlx5_0: certified 'PIX', now 'NODE'" in bad.reason
