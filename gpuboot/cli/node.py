@@ -15,9 +15,10 @@ def register(verbs, common) -> None:
         dest="node_action", required=True, metavar="{explain,release}", parser_class=type(node)
     )
     kube = options.k8s(kubeconfig_help="the node's cluster", dry_run=False)
+    history = options.history()
     ex = sub.add_parser(
         "explain",
-        parents=[common, kube],
+        parents=[common, kube, history],
         help="who holds the node (gpuboot, another tool, a Lease), why, since when, "
         "and the one command that releases it",
         epilog="exit codes: 0 shown, 2 bad input, 3 the cluster could not be read",
@@ -26,7 +27,7 @@ def register(verbs, common) -> None:
     ex.set_defaults(func=explain)
     rel = sub.add_parser(
         "release",
-        parents=[common, kube],
+        parents=[common, kube, history],
         help="remove gpuboot's marks and quarantine from the node (never another tool's)",
         epilog="exit codes: 0 released, 2 bad input, 3 the cluster could not be written",
     )
@@ -72,7 +73,8 @@ def explain(args) -> Outcome:
             api=api,
             kubeconfig=args.kubeconfig,
             context=args.k8s_context,
-            history=record.default_history(),
+            history=record.beside(args.history),
+            scan_history=args.history,
         ),
     )
     return Outcome(EXIT_OK, doc, explain_text(doc))
@@ -102,7 +104,7 @@ def release(args) -> Outcome:
         )
     api = _api(args)
     doc = _cluster_call(
-        api, lambda: hold.release(args.node, reason, api=api, history=record.default_history())
+        api, lambda: hold.release(args.node, reason, api=api, history=record.beside(args.history))
     )
     text = f"{doc['node']}: released by {doc['by']} ({reason})\n" + "\n".join(
         f"  {c}" for c in doc["changes"]

@@ -22,6 +22,7 @@ def register(verbs, common) -> None:
                 kubeconfig_help="cluster of the nodes: gate, Lease, drain and labels per step",
                 dry_run=False,
             ),
+            options.history(),
         ],
         help="reconcile, reset or reboot, reinstall, quarantine the failing nodes",
         epilog=EPILOG,
@@ -38,6 +39,7 @@ def run(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot.cli import preflight
+    from gpuboot.remediate.record import beside
     from gpuboot.remediate.run import run_ladder
 
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
@@ -54,6 +56,7 @@ def run(args) -> Outcome:
         dry_run=args.dry_run,
         progress=progress(args),
         sign_key=Path(args.sign_key) if args.sign_key else None,
+        history=beside(args.history),
     )
     return Outcome(result.exit_code, result.to_dict(), text(result.to_dict()))
 

@@ -61,8 +61,12 @@ def lease_holder(api: Any, name: str) -> dict[str, Any] | None:
     }
 
 
-def release_command(name: str, kubeconfig: str | None, context: str | None) -> str:
+def release_command(
+    name: str, kubeconfig: str | None, context: str | None, scan_history: str | None
+) -> str:
     words = ["gpuboot", "node", "release", name, "--reason", "WHY"]
+    if scan_history:
+        words += ["--history", scan_history]
     if kubeconfig:
         words += ["--kubeconfig", kubeconfig]
     if context:
@@ -88,8 +92,10 @@ def explain(
     kubeconfig: str | None = None,
     context: str | None = None,
     history: Path,
+    scan_history: str | None = None,
 ) -> dict[str, Any]:
-    """Who holds the node, why, since when, and the one command that releases it."""
+    """Who holds the node, why, since when, and the one command that releases it
+    (``history``: the remediation history; ``scan_history`` as the operator named it)."""
     past = LD.since_release(record.past_of(name, record.read(history)))
     doc: dict[str, Any] = {"node": name, "held_by": None, "why": None, "since": None}
     doc["steps"] = [
@@ -136,7 +142,9 @@ def explain(
             )
             doc["since"] = _when(notes.get(L.ANNOTATION_TAKEN_OUT_AT)) or doc["since"]
     doc["release"] = (
-        release_command(name, kubeconfig, context) if doc["held_by"] == "gpuboot" else None
+        release_command(name, kubeconfig, context, scan_history)
+        if doc["held_by"] == "gpuboot"
+        else None
     )
     return doc
 

@@ -1,5 +1,6 @@
-"""Where remediation steps are remembered: a JSON-lines file beside the scan history
-(GPUBOOT_HOME/remediation-history.jsonl), one record per step or release, and on a cluster
+"""Where remediation steps are remembered: a JSON-lines file beside the scan history of the
+fleet (GPUBOOT_HOME/remediation-history.jsonl beside the default one, <history>.remediation.jsonl
+beside any other), one record per step or release, and on a cluster
 node the bounded actions annotation. The ladder reads both: the file survives a node that
 was rebuilt, the annotation a controller that was."""
 
@@ -17,6 +18,7 @@ from gpuboot.k8s.patch import read_actions
 from gpuboot.remediate.ladder import RELEASE, RUNGS, Past
 
 HISTORY_NAME = "remediation-history.jsonl"
+HISTORY_SUFFIX = ".remediation.jsonl"  # beside a scan history other than the default
 # Only the tail is read: the window is 7 days and a node takes a few steps a week, so a
 # megabyte holds every fleet's window many times over and a huge file costs no more.
 TAIL_BYTES = 1 << 20
@@ -25,6 +27,17 @@ HINT = "set GPUBOOT_HOME to a writable directory, or remove the unreadable file"
 
 def default_history() -> Path:
     return paths.home() / HISTORY_NAME
+
+
+def beside(scan_history: str | Path | None) -> Path:
+    """The remediation history of the fleet a scan history records (two fleets, or a
+    test's own history, share no steps)."""
+    from gpuboot.scan import default_history as default_scan_history
+
+    if scan_history is None or Path(scan_history).resolve() == default_scan_history().resolve():
+        return default_history()
+    scan_history = Path(scan_history).resolve()
+    return scan_history.with_name(scan_history.name + HISTORY_SUFFIX)
 
 
 def append(history: Path, records: Iterable[dict[str, Any]]) -> None:

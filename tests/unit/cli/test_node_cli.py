@@ -157,6 +157,23 @@ def test_a_quarantine_outside_a_cluster_is_explained_and_released_from_the_histo
     assert doc["held_by"] is None
 
 
+def test_a_fleets_own_scan_history_keeps_its_own_remediation_history(home, tmp_path, capsys):
+    fleet = tmp_path / "fleet-a.jsonl"
+    beside = record.beside(fleet)
+    assert beside == tmp_path / "fleet-a.jsonl.remediation.jsonl"
+    assert (
+        record.beside(None)
+        == record.beside(home / "scan-history.jsonl")
+        == (home / record.HISTORY_NAME)
+    )
+    record.append(beside, [{**record.entry("quarantine", "done", "f"), "host": "n1"}])
+    _code, doc = run(capsys, "node", "explain", "n1", "--history", str(fleet))
+    assert doc["held_by"] == "gpuboot"
+    assert shlex.split(doc["release"])[-2:] == ["--history", str(fleet)]
+    _code, doc = run(capsys, "node", "explain", "n1")  # the default fleet: nothing there
+    assert doc["held_by"] is None
+
+
 def test_an_empty_reason_is_bad_input_before_the_cluster_is_touched(api, home, capsys):
     api.add(quarantined())
     code = cli.main(["node", "release", "n1", "--reason", "  ", "--kubeconfig", api.kubeconfig])
