@@ -30,7 +30,10 @@ does on the points gpuboot relies on:
   writes 409.
 
 resourceVersion is one counter for every kind (as etcd's revision), bumped on each stored
-change; a write that changes nothing keeps it.
+change; a write that changes nothing keeps it. ``before_request`` and ``before_patch`` let a
+test act as another writer between a client's read and its write. What the server does to
+a request's body (merge patches, selectors, MicroTime, Status errors) is
+gpuboot_lab.apimachinery.
 """
 
 from __future__ import annotations
@@ -51,32 +54,26 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from gpuboot_lab.apimachinery import (
+    ApiError,
+    conflict,
+    field_text,
+    invalid_labels,
+    json_merge,
+    label_matcher,
+    microtime,
+    now_rfc3339,
+    split_selector,
+    status_doc,
+    strategic_merge,
+)
+
 TOKEN = "gpuboot-test-token"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_MERGE = "application/merge-patch+json"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 LEASES = "leases.coordination.k8s.io"
-# Strategic merge keys of the Node lists that have one (k8s.io/api core/v1 types.go
-# patchMergeKey); every other list is replaced whole.
-MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type"}
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
-# metav1.RFC3339Micro as Go's time.Parse applies it: exactly six fractional digits
-_MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(?:Z|[+-]\d\d:\d\d)$")
-_SELECTOR_SET = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\((.*)\)\s*$")
 
 
 @dataclass(frozen=True)
@@ -107,24 +104,6 @@ class Fault:
             and (self.method is None or req.method in self.method)
             and (self.path is None or bool(self.path.search(req.path)))
         )
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason = code, reason or _REASONS.get(code, "Unknown")
-
-
-def status_doc(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
 
 
 def node(
@@ -184,142 +163,6 @@ def pod(
         "spec": {"nodeName": node_name},
         "status": {"phase": phase},
     }
-
-
-# ---------------------------------------------------------------- patches and selectors
-def json_merge(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merge, ``null`` deletes a key, anything else (lists too) replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = json_merge(out.get(key), value)
-    return out
-
-
-def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
-    """A strategic merge patch as the API server applies it to a Node: a JSON merge patch,
-    but the lists of MERGE_KEYS merge element by element on their key."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith(("$setElementOrder/", "$retainKeys")):
-            continue  # order and retention hints: no effect on what is stored here
-        if key.startswith("$"):
-            raise ApiError(400, f"unknown patch directive {key!r} at {'.'.join(path) or '.'}")
-        here = (*path, key)
-        if value is None:
-            out.pop(key, None)
-        elif here in MERGE_KEYS and isinstance(value, list):
-            out[key] = _merge_list(out.get(key) or [], value, MERGE_KEYS[here], here)
-        else:
-            out[key] = strategic_merge(out.get(key), value, here)
-    return out
-
-
-def _merge_list(stored: list[Any], patch: list[Any], key: str, path: tuple[str, ...]) -> list:
-    out = copy.deepcopy(stored)
-    for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            raise ApiError(400, f"{'.'.join(path)}: every element needs its merge key {key!r}")
-        at = next((i for i, old in enumerate(out) if old.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if at is not None:
-                del out[at]
-        elif at is None:
-            out.append(copy.deepcopy(item))
-        else:
-            out[at] = strategic_merge(out[at], item, path)
-    return out
-
-
-def _split_selector(text: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [p.strip() for p in [*parts, current] if p.strip()]
-
-
-def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
-    """A Kubernetes label selector (=, ==, !=, in, notin, exists, !exists), ANDed."""
-    tests: list[Callable[[dict[str, str]], bool]] = []
-    for term in _split_selector(selector):
-        if m := _SELECTOR_SET.match(term):
-            key, op = m.group(1), m.group(2)
-            values = {v.strip() for v in m.group(3).split(",")}
-            if op == "in":
-                tests.append(lambda ls, k=key, vs=values: ls.get(k) in vs)
-            else:
-                tests.append(lambda ls, k=key, vs=values: ls.get(k) not in vs)
-        elif "!=" in term:
-            key, value = (s.strip() for s in term.split("!=", 1))
-            tests.append(lambda ls, k=key, v=value: ls.get(k) != v)
-        elif "=" in term:
-            key, value = (s.strip() for s in re.split(r"==?", term, maxsplit=1))
-            tests.append(lambda ls, k=key, v=value: ls.get(k) == v)
-        elif term.startswith("!"):
-            absent = term[1:].strip()
-            tests.append(lambda ls, k=absent: k not in ls)
-        elif re.match(r"^[A-Za-z0-9_./-]+$", term):
-            tests.append(lambda ls, k=term: k in ls)
-        else:
-            raise ApiError(400, f"unable to parse requirement: {term!r}")
-    return lambda labels: all(t(labels) for t in tests)
-
-
-def _microtime(value: Any, field_path: str) -> str:
-    """The MicroTime as the server stores it (UTC, six digits); 400 as the real decoder."""
-    if not isinstance(value, str) or not _MICROTIME.match(value):
-        raise ApiError(
-            400,
-            f'Lease in version "v1" cannot be handled as a Lease: {field_path}: parsing time '
-            f'{json.dumps(value)} as "2006-01-02T15:04:05.000000Z07:00": cannot parse',
-        )
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _invalid_labels(labels: dict[str, Any]) -> str | None:
-    for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if not _LABEL_NAME.match(name) or (prefix and len(prefix) > 253):
-            return f"metadata.labels: Invalid value: {key!r}: invalid label key"
-        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-            return f"metadata.labels: Invalid value: {value!r}: invalid label value"
-    return None
-
-
-def _conflict(resource: str, name: str) -> ApiError:
-    return ApiError(
-        409,
-        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
-        "please apply your changes to the latest version and try again",
-    )
-
-
-def _field_text(doc: dict[str, Any], dotted: str) -> str:
-    """A field as a fieldSelector compares it (an absent bool is "false")."""
-    value: Any = doc
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or (value is None and dotted == "spec.unschedulable"):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 # The field pairs of events.k8s.io/v1 and core v1 Events (the server converts one to the other).
@@ -613,7 +456,7 @@ class FakeApiServer:
             try:
                 if fault is not None and fault.status is not None:
                     if fault.status == 409:
-                        raise _conflict("this object", req.path.rsplit("/", 1)[-1])
+                        raise conflict("this object", req.path.rsplit("/", 1)[-1])
                     raise ApiError(fault.status, f"injected fault on {req.method} {req.path}")
                 if req.authorization != f"Bearer {TOKEN}":
                     raise ApiError(401, "Unauthorized")
@@ -673,7 +516,7 @@ class FakeApiServer:
         meta.update(
             uid=str(uuid.uuid4()),
             resourceVersion=self._next_rv(),
-            creationTimestamp=_now_rfc3339(),
+            creationTimestamp=now_rfc3339(),
         )
         return doc
 
@@ -691,7 +534,7 @@ class FakeApiServer:
             raise ApiError(400, "this fake API server does not serve watches")
         match = label_matcher(req.query.get("labelSelector", [""])[0])
         fields = []
-        for term in _split_selector(req.query.get("fieldSelector", [""])[0]):
+        for term in split_selector(req.query.get("fieldSelector", [""])[0]):
             key, _, value = term.partition("=")
             if key not in ("metadata.name", "spec.unschedulable"):
                 raise ApiError(400, f'field label not supported: "{key}"')
@@ -700,7 +543,7 @@ class FakeApiServer:
             copy.deepcopy(doc)
             for doc in self.nodes.values()
             if match(doc["metadata"].get("labels") or {})
-            and all(_field_text(doc, k) == v for k, v in fields)
+            and all(field_text(doc, k) == v for k, v in fields)
         ]
         return 200, {
             "apiVersion": "v1",
@@ -733,14 +576,14 @@ class FakeApiServer:
             hook(stored)
         want_rv = (req.body.get("metadata") or {}).get("resourceVersion")
         if want_rv is not None and want_rv != stored["metadata"]["resourceVersion"]:
-            raise _conflict("nodes", name)
+            raise conflict("nodes", name)
         merged = (strategic_merge if kind == STRATEGIC else json_merge)(stored, req.body)
         if status_only:  # the status subresource stores only status
             merged = {**copy.deepcopy(stored), "status": merged.get("status", {})}
         else:  # and the main resource never changes status
             merged["status"] = copy.deepcopy(stored.get("status", {}))
         merged["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
-        if problem := _invalid_labels(merged["metadata"].get("labels") or {}):
+        if problem := invalid_labels(merged["metadata"].get("labels") or {}):
             raise ApiError(422, f'Node "{name}" is invalid: {problem}')
         if "unschedulable" in merged.get("spec", {}) and not merged["spec"]["unschedulable"]:
             del merged["spec"]["unschedulable"]  # omitempty, as the real server stores it
@@ -768,7 +611,7 @@ class FakeApiServer:
         spec = doc.setdefault("spec", {})
         for key in ("acquireTime", "renewTime"):
             if spec.get(key) is not None:
-                spec[key] = _microtime(spec[key], f"spec.{key}")
+                spec[key] = microtime(spec[key], f"spec.{key}", "Lease")
         duration = spec.get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
             raise ApiError(
@@ -817,7 +660,7 @@ class FakeApiServer:
             )
         stored = self._stored_lease(ns, name)
         if meta.get("resourceVersion") not in (None, "", stored["metadata"]["resourceVersion"]):
-            raise _conflict(LEASES, name)
+            raise conflict(LEASES, name)
         self._lease_spec(doc)
         # what the client may not change: identity and bookkeeping stay the server's
         meta.update(
@@ -839,7 +682,7 @@ class FakeApiServer:
         options = req.body if isinstance(req.body, dict) else {}  # DeleteOptions
         pre = options.get("preconditions") or {}
         if pre.get("resourceVersion") not in (None, stored["metadata"]["resourceVersion"]):
-            raise _conflict(LEASES, name)
+            raise conflict(LEASES, name)
         if pre.get("uid") not in (None, stored["metadata"]["uid"]):
             raise ApiError(
                 409,
@@ -868,7 +711,7 @@ class FakeApiServer:
             doc["apiVersion"] = "events.k8s.io/v1"
             if not doc.get("eventTime"):
                 raise ApiError(422, "Event.events.k8s.io is invalid: eventTime: Required value")
-            doc["eventTime"] = _microtime(doc["eventTime"], "eventTime")
+            doc["eventTime"] = microtime(doc["eventTime"], "eventTime", "Event")
             for key in ("reportingController", "reportingInstance", "action", "reason"):
                 if not doc.get(key):
                     raise ApiError(422, f"Event.events.k8s.io is invalid: {key}: Required value")
@@ -975,7 +818,7 @@ class FakeApiServer:
         ):
             raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
         if key not in self._terminating:
-            target["metadata"]["deletionTimestamp"] = _now_rfc3339()
+            target["metadata"]["deletionTimestamp"] = now_rfc3339()
             self._terminating[key] = self.terminating_lists
         return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
