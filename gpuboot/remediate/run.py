@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuboot.errors import GpubootError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
+from gpuboot.k8s.budget import critical
 from gpuboot.remediate import cluster, plays, record
 from gpuboot.remediate import ladder as LD
 from gpuboot.remediate.fault import fault_of
@@ -107,10 +108,12 @@ class Steps:
         history: Path,
         certify_timeout_s: float,
         progress: Callable[[str], None],
+        urgent: bool = False,
     ) -> None:
         self.inv, self.host, self.name, self.fault = inv, host, name, fault
         self.cluster, self.history = cluster_, history
         self.certify_timeout_s, self.progress = certify_timeout_s, progress
+        self.urgent = urgent  # a critical fault: a human's cancel does not stop it
 
     def __call__(self, step: str) -> tuple[str, str]:
         self.progress(f"{self.host}: {step}")
@@ -135,7 +138,9 @@ class Steps:
         api = self.cluster.api  # type: ignore[union-attr]
         try:
             node = cluster.read_node(api, self.name)
-            why = ownership.foreign_marker(node) or ownership.cancelled(node)
+            why = ownership.foreign_marker(node) or (
+                None if self.urgent else ownership.cancelled(node)
+            )
             if why:
                 return LD.HELD, f"not touched: {why}"
             held_back = cluster.admit(api, self.name, self.cluster.limits)  # type: ignore[union-attr]
@@ -217,10 +222,10 @@ class Steps:
                 kubeconfig=self.cluster.kubeconfig,
                 context=self.cluster.context,
                 node_names={self.host: self.name},
+                limits=self.cluster.limits,
             )[self.host]
-            held = getattr(out, "held", None)  # a drain that holds nodes back says why
-            if held:
-                raise Held(f"not rebooted: the drain was held back: {held}")
+            if out.held:
+                raise Held(f"not rebooted: the drain was held back: {out.held}")
             if out.error:
                 return f"not rebooted: the drain failed: {out.error}"
         played = plays.reboot(self.inv, self.host, self._why())
@@ -329,6 +334,7 @@ def run_ladder(
                 cluster_=cl,
                 history=history,
                 certify_timeout_s=certify_timeout_s,
+                urgent=critical(node) is not None,
                 progress=progress,
             )
         out.nodes.append(
@@ -347,7 +353,9 @@ def _standing(
     """The node's facts and past steps: the history file's, and the node's own annotation
     and labels on a cluster (an unreadable node: nothing is done to it)."""
     past = record.past_of(node.host, records)
-    quarantined = any(p.step == LD.QUARANTINE for p in LD.since_release(past))
+    quarantined = any(
+        p.step == LD.QUARANTINE and p.result == LD.DONE for p in LD.since_release(past)
+    )
     if api is None:
         return LD.Facts(quarantined=quarantined), past
     from gpuboot.k8s import labels as L
@@ -358,10 +366,32 @@ def _standing(
         k8s_node = cluster.read_node(api, name)
     except (api.api_error, *api.transport_errors, ValueError) as exc:
         return LD.Facts(unreadable=describe(exc, api)), past
-    state = cluster.meta(k8s_node, "labels").get(L.LABEL_STATE)
+    labels = cluster.meta(k8s_node, "labels")
     facts = LD.Facts(
-        quarantined=quarantined or state == L.STATE_QUARANTINED,
+        quarantined=quarantined
+        or labels.get(L.LABEL_STATE) == L.STATE_QUARANTINED
+        or labels.get(L.LABEL_ACTION) == L.QUARANTINE_RMA,
         foreign=ownership.foreign_marker(k8s_node),
-        cancelled=ownership.cancelled(k8s_node),
+        cancelled=None if critical(node) else _cancel(k8s_node),
     )
     return facts, record.merged(past, record.past_of_node(k8s_node))
+
+
+def _cancel(k8s_node: dict[str, Any]) -> str | None:
+    """A human undid gpuboot's take-out, now or within the cool-down after it (the gate
+    stamped the time): gpuboot leaves the node alone unless its fault is critical."""
+    from gpuboot.k8s import labels as L
+    from gpuboot.k8s import ownership
+    from gpuboot.k8s.gate import DEFAULT_COOLDOWN_S
+
+    if undone := ownership.cancelled(k8s_node):
+        return undone
+    raw = cluster.meta(k8s_node, "annotations").get(L.ANNOTATION_CANCELLED_AT)
+    try:
+        since = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if since is None or since + DEFAULT_COOLDOWN_S <= time.time():
+        return None
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + DEFAULT_COOLDOWN_S))
+    return f"a human cancelled gpuboot's take-out; cool-down until {until}"

@@ -35,14 +35,14 @@ def _inventory(tmp_path, hosts=("n1", "n2")):
     return path
 
 
-def _report(tmp_path, verdicts: dict[str, str]) -> RunReport:
+def _report(tmp_path, verdicts: dict[str, str], reason: str = "r") -> RunReport:
     bundle = tmp_path / "bundle"
     nodes = []
     for host, verdict in verdicts.items():
         (bundle / host).mkdir(parents=True, exist_ok=True)
         if verdict == "FAIL":
             (bundle / host / "dmesg.txt").write_text(XID79)
-        finding = {"rule": "XID-001", "title": "t", "status": verdict, "reason": "r", "action": ""}
+        finding = {"rule": "XID-001", "title": "t", "status": verdict, "reason": reason}
         nodes.append({"host": host, "verdict": verdict, "findings": [finding]})
     return RunReport.from_dict({"run_id": "r1", "bundle": str(bundle), "nodes": nodes})
 
@@ -199,6 +199,26 @@ def test_another_tools_node_is_skipped(steps, api, tmp_path):
     )
     assert out.nodes[0].climb.skipped.startswith("owned by another tool")
     assert steps["reboots"] == [] and api.calls("PATCH") == []
+
+
+@pytest.mark.parametrize(
+    "notes",
+    [
+        {L.ANNOTATION_CORDONED_BY: L.CORDONED_BY_US},  # uncordoned by a human just now
+        {L.ANNOTATION_CANCELLED_AT: str(int(time.time()) - 60)},  # within the cool-down
+    ],
+)
+def test_a_cancelled_node_is_left_alone_unless_its_fault_is_critical(steps, api, tmp_path, notes):
+    api.add(node("n1", annotations=notes))
+    api.add(node("n2"))
+    inv = _inventory(tmp_path)
+    out = R.run_ladder(inv, report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig)
+    assert out.nodes[0].climb.skipped.startswith("cancelled by a human")
+    assert steps["reboots"] == []
+    steps["verdicts"] = ["PASS"]
+    lost = _report(tmp_path / "b", {"n1": "FAIL"}, reason="Xid 79 on GPU 0000:3b:00.0")
+    out = R.run_ladder(inv, report=lost, kubeconfig=api.kubeconfig)
+    assert out.nodes[0].climb.skipped is None and steps["reboots"] == ["n1"]
 
 
 def test_quarantine_on_a_cluster_labels_the_node_for_hardware_work(steps, api, tmp_path):
