@@ -764,3 +764,44 @@ def test_a_quarantined_node_gets_no_automatic_action(
 
     assert apiserver.calls() == [LIST]
     assert "gpuboot node release gpu-a01" in (action.held or "")
+
+
+# ------------------------------------------------------------------ the options
+
+
+@pytest.mark.parametrize("verb", ["certify", "scan", "install", "remediate"])
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--max-unavailable", "0"], "--max-unavailable: '0' is not a node count"),
+        (["--max-new-takeouts", "120%"], "--max-new-takeouts: '120%' is not a node count"),
+        (["--takeout-window", "soon"], "--takeout-window: 'soon' is not a whole number"),
+        (["--max-unavailable-per-domain", "2"], "add --domain-label KEY"),
+        (["--domain-label", "rack name"], "--domain-label: 'rack name' is not a Kubernetes"),
+    ],
+)
+def test_bad_budget_options_exit_2_before_any_host(
+    verb: str,
+    flags: list[str],
+    says: str,
+    kubeconfig: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    from gpuboot import cli, install
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    node1:\n")
+
+    def touched(*_a: Any, **_k: Any):
+        raise AssertionError("the inventory was loaded: a host could have been touched")
+
+    monkeypatch.setattr("gpuboot.inventory.load_inventory", touched)
+    monkeypatch.setattr(install, "load_inventory", touched)
+
+    code = cli.main([verb, "-i", str(inventory), "--kubeconfig", kubeconfig, *flags])
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert says in err and "hint: " in err and "Traceback" not in err
