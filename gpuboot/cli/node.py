@@ -14,7 +14,7 @@ def register(verbs, common) -> None:
     sub = node.add_subparsers(
         dest="node_action", required=True, metavar="{explain,release}", parser_class=type(node)
     )
-    kube = options.k8s(kubeconfig_help="the node's cluster", dry_run=False)
+    kube = options.k8s(kubeconfig_help="the node's cluster", dry_run=False, budget=False)
     history = options.history()
     ex = sub.add_parser(
         "explain",

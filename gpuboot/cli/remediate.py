@@ -38,10 +38,11 @@ def register(verbs, common) -> None:
 def run(args) -> Outcome:
     from pathlib import Path
 
-    from gpuboot.cli import preflight
+    from gpuboot.cli import gate, preflight
     from gpuboot.remediate.record import beside
     from gpuboot.remediate.run import run_ladder
 
+    limits = gate.limits_from(args)  # bad budget values: exit 2 before any host
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         preflight.check_kubeconfig(args)
     if args.sign_key:
@@ -53,6 +54,8 @@ def run(args) -> Outcome:
         limit=args.limit,
         kubeconfig=args.kubeconfig,
         context=args.k8s_context,
+        limits=limits,
+        cooldown_s=args.cooldown,
         dry_run=args.dry_run,
         progress=progress(args),
         sign_key=Path(args.sign_key) if args.sign_key else None,

@@ -21,6 +21,7 @@ from typing import Any
 from gpuboot.errors import GpubootError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.k8s.budget import critical
+from gpuboot.k8s.gate import DEFAULT_COOLDOWN_S
 from gpuboot.remediate import cluster, plays, record
 from gpuboot.remediate import ladder as LD
 from gpuboot.remediate.fault import fault_of
@@ -295,9 +296,12 @@ def run_ladder(
     sign_key: Path | None = None,
     history: Path | None = None,
     certify_timeout_s: float = CERTIFY_TIMEOUT_S,
+    cooldown_s: int = DEFAULT_COOLDOWN_S,
 ) -> RemediationResult:
     """Remediate the failing nodes of ``report`` (None: certify the selection first).
     ``sign_key``: certificates for the nodes that pass, so the gate returns them to service.
+    ``cooldown_s``: after a human cancelled gpuboot's take-out, how long the node is left
+    alone (unless its fault is critical).
     """
     from gpuboot import certify
 
@@ -321,7 +325,7 @@ def run_ladder(
         if fault is None:
             continue
         name = names.get(node.host, node.host)
-        facts, past = _standing(api, name, node, records)
+        facts, past = _standing(api, name, node, records, cooldown_s)
         cl = None if api is None else Cluster(api, limits, kubeconfig, context, sign_key)  # type: ignore[arg-type]
         if dry_run:
             do: Callable[[str], tuple[str, str]] = _would
@@ -348,7 +352,7 @@ def _would(_step: str) -> tuple[str, str]:
 
 
 def _standing(
-    api: Any, name: str, node: NodeReport, records: list[dict[str, Any]]
+    api: Any, name: str, node: NodeReport, records: list[dict[str, Any]], cooldown_s: int
 ) -> tuple[LD.Facts, list[LD.Past]]:
     """The node's facts and past steps: the history file's, and the node's own annotation
     and labels on a cluster (an unreadable node: nothing is done to it)."""
@@ -372,17 +376,16 @@ def _standing(
         or labels.get(L.LABEL_STATE) == L.STATE_QUARANTINED
         or labels.get(L.LABEL_ACTION) == L.QUARANTINE_RMA,
         foreign=ownership.foreign_marker(k8s_node),
-        cancelled=None if critical(node) else _cancel(k8s_node),
+        cancelled=None if critical(node) else _cancel(k8s_node, cooldown_s),
     )
     return facts, record.merged(past, record.past_of_node(k8s_node))
 
 
-def _cancel(k8s_node: dict[str, Any]) -> str | None:
+def _cancel(k8s_node: dict[str, Any], cooldown_s: int) -> str | None:
     """A human undid gpuboot's take-out, now or within the cool-down after it (the gate
     stamped the time): gpuboot leaves the node alone unless its fault is critical."""
     from gpuboot.k8s import labels as L
     from gpuboot.k8s import ownership
-    from gpuboot.k8s.gate import DEFAULT_COOLDOWN_S
 
     if undone := ownership.cancelled(k8s_node):
         return undone
@@ -391,7 +394,7 @@ def _cancel(k8s_node: dict[str, Any]) -> str | None:
         since = float(raw) if raw is not None else None
     except ValueError:
         return None
-    if since is None or since + DEFAULT_COOLDOWN_S <= time.time():
+    if since is None or since + cooldown_s <= time.time():
         return None
-    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + DEFAULT_COOLDOWN_S))
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + cooldown_s))
     return f"a human cancelled gpuboot's take-out; cool-down until {until}"

@@ -257,3 +257,11 @@ def test_the_verb_prints_the_steps_it_would_take(guard, tmp_path, monkeypatch, c
     doc = json.loads(capsys.readouterr().out)
     assert doc["dry_run"] and [n["host"] for n in doc["nodes"]] == ["n1"]
     assert guard == []
+
+
+def test_a_bad_budget_is_refused_before_any_host(guard, tmp_path, capsys):
+    from gpuboot import cli
+
+    inv = str(_inventory(tmp_path))
+    assert cli.main(["remediate", "-i", inv, "--max-unavailable", "ten"]) == 2
+    assert "--max-unavailable" in capsys.readouterr().err and guard == []
