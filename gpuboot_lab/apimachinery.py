@@ -186,3 +186,18 @@ def field_text(doc: dict[str, Any], dotted: str) -> str:
     if isinstance(value, bool) or (value is None and dotted == "spec.unschedulable"):
         return "true" if value else "false"
     return "" if value is None else str(value)
+
+
+def field_matcher(selector: str, supported: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+    """A fieldSelector (=, ==, !=, ANDed) over the fields the resource supports; any other
+    field is a 400, as the real server answers."""
+    tests: list[Callable[[dict[str, Any]], bool]] = []
+    for term in split_selector(selector):
+        parts = re.split(r"(!=|==|=)", term, maxsplit=1)
+        if len(parts) != 3:
+            raise ApiError(400, f"invalid field selector: {term!r}")
+        key, op, value = (part.strip() for part in parts)
+        if key not in supported:
+            raise ApiError(400, f'field label not supported: "{key}"')
+        tests.append(lambda doc, k=key, v=value, n=op == "!=": (field_text(doc, k) == v) != n)
+    return lambda doc: all(t(doc) for t in tests)

@@ -57,13 +57,12 @@ import yaml
 from gpuboot_lab.apimachinery import (
     ApiError,
     conflict,
-    field_text,
+    field_matcher,
     invalid_labels,
     json_merge,
     label_matcher,
     microtime,
     now_rfc3339,
-    split_selector,
     status_doc,
     strategic_merge,
 )
@@ -74,6 +73,20 @@ JSON_MERGE = "application/merge-patch+json"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 LEASES = "leases.coordination.k8s.io"
+# the fields each list serves a fieldSelector on (a subset of the real server's)
+NODE_FIELDS = ("metadata.name", "spec.unschedulable")
+POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
+EVENT_FIELDS = (
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+    "reason",
+    "reportingComponent",
+    "type",
+)
 
 
 @dataclass(frozen=True)
@@ -533,17 +546,11 @@ class FakeApiServer:
         if req.query.get("watch", ["false"])[0] in ("true", "1"):
             raise ApiError(400, "this fake API server does not serve watches")
         match = label_matcher(req.query.get("labelSelector", [""])[0])
-        fields = []
-        for term in split_selector(req.query.get("fieldSelector", [""])[0]):
-            key, _, value = term.partition("=")
-            if key not in ("metadata.name", "spec.unschedulable"):
-                raise ApiError(400, f'field label not supported: "{key}"')
-            fields.append((key, value.lstrip("=")))
+        fields = field_matcher(req.query.get("fieldSelector", [""])[0], NODE_FIELDS)
         items = [
             copy.deepcopy(doc)
             for doc in self.nodes.values()
-            if match(doc["metadata"].get("labels") or {})
-            and all(field_text(doc, k) == v for k, v in fields)
+            if match(doc["metadata"].get("labels") or {}) and fields(doc)
         ]
         return 200, {
             "apiVersion": "v1",
@@ -730,8 +737,16 @@ class FakeApiServer:
         # one store behind both APIs, as on the real server: each lists every event
         # in its own shape
         events_v1 = req.path.startswith("/apis/")
+        selector = req.query.get("fieldSelector", [""])[0]
+        if events_v1 and selector:
+            raise ApiError(400, "this fake serves fieldSelector on /api/v1 events only")
+        fields = field_matcher(selector, EVENT_FIELDS)
         shape = _as_events_v1 if events_v1 else _as_core_event
-        items = [shape(e) for e in self.events if ns in (None, e["metadata"]["namespace"])]
+        items = [
+            shape(e)
+            for e in self.events
+            if ns in (None, e["metadata"]["namespace"]) and fields(_as_core_event(e))
+        ]
         return 200, {
             "apiVersion": "events.k8s.io/v1" if events_v1 else "v1",
             "kind": "EventList",
@@ -741,13 +756,10 @@ class FakeApiServer:
 
     # ------------------------------------------------------------ pods and evictions
     def _list_pods(self, req: Request) -> tuple[int, dict[str, Any]]:
-        selector = req.query.get("fieldSelector", [""])[0]
-        key, _, value = selector.partition("=")
-        if selector and key != "spec.nodeName":
-            raise ApiError(400, f'field label not supported: "{key}"')
+        fields = field_matcher(req.query.get("fieldSelector", [""])[0], POD_FIELDS)
         items = []
         for pkey, doc in list(self.pods.items()):
-            if selector and doc["spec"].get("nodeName") != value:
+            if not fields(doc):
                 continue
             items.append(copy.deepcopy(doc))
             if pkey in self._terminating:

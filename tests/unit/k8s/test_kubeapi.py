@@ -125,6 +125,20 @@ def test_list_nodes_honours_the_label_selector(apiserver, core):
     assert names("") == ["a", "b", "c"]
 
 
+def test_list_nodes_honours_the_field_selector_and_refuses_what_it_cannot_serve(apiserver, core):
+    apiserver.add(node("a"))
+    apiserver.add(node("b", unschedulable=True))
+
+    def names(selector: str) -> list[str]:
+        return [n.metadata.name for n in core.list_node(field_selector=selector).items]
+
+    assert names("spec.unschedulable=true") == ["b"]
+    assert names("spec.unschedulable!=true,metadata.name=a") == ["a"]
+    with pytest.raises(ApiException) as err:
+        core.list_node(field_selector="status.phase=Running")
+    assert err.value.status == 400
+
+
 def test_set_ready_is_seen_by_the_client(apiserver, core):
     apiserver.add(node("gpu-a01"))
     apiserver.set_ready("gpu-a01", "Unknown", reason="NodeStatusUnknown")
@@ -211,6 +225,10 @@ def test_events_of_both_apis_are_stored_and_listed(apiserver, core, kubeconfig):
     assert [e.reason for e in core.list_namespaced_event("default").items] == [
         "TakenOut",
         "Rebooted",
+    ]
+    listed = core.list_namespaced_event("default", field_selector="reason=Rebooted").items
+    assert [(e.involved_object.name, e.reporting_component) for e in listed] == [
+        ("gpu-a01", "gpuboot.io/gpuboot")
     ]
     assert [e["apiVersion"] for e in apiserver.events] == ["v1", "events.k8s.io/v1"]
     raw = events.list_namespaced_event("default", _preload_content=False)
