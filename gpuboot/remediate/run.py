@@ -93,6 +93,7 @@ class Cluster:
     kubeconfig: str
     context: str | None
     sign_key: Path | None
+    allow_partial: bool = False  # the gate accepts a partial certificate (no pair partner)
 
 
 class Steps:
@@ -276,6 +277,8 @@ class Steps:
             kubeconfig=self.cluster.kubeconfig,
             context=self.cluster.context,
             node_names={self.host: self.name},
+            allow_partial=self.cluster.allow_partial,
+            limits=self.cluster.limits,
         )
         errors = [a.error for a in actions if a.error]
         if errors:
@@ -297,11 +300,12 @@ def run_ladder(
     history: Path | None = None,
     certify_timeout_s: float = CERTIFY_TIMEOUT_S,
     cooldown_s: int = DEFAULT_COOLDOWN_S,
+    allow_partial: bool = False,
 ) -> RemediationResult:
     """Remediate the failing nodes of ``report`` (None: certify the selection first).
     ``sign_key``: certificates for the nodes that pass, so the gate returns them to service.
     ``cooldown_s``: after a human cancelled gpuboot's take-out, how long the node is left
-    alone (unless its fault is critical).
+    alone (unless its fault is critical). ``allow_partial``: as certify's join gate.
     """
     from gpuboot import certify
 
@@ -326,7 +330,9 @@ def run_ladder(
             continue
         name = names.get(node.host, node.host)
         facts, past = _standing(api, name, node, records, cooldown_s)
-        cl = None if api is None else Cluster(api, limits, kubeconfig, context, sign_key)  # type: ignore[arg-type]
+        cl = None
+        if api is not None and kubeconfig:
+            cl = Cluster(api, limits, kubeconfig, context, sign_key, allow_partial)
         if dry_run:
             do: Callable[[str], tuple[str, str]] = _would
         else:
