@@ -4,14 +4,17 @@ written through the status subresource of the fake API server."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuboot.k8s import labels as L
 from gpuboot.k8s.conditions import (
     MAX_MESSAGE,
+    STATUSES,
     condition_patch,
     judged,
     rules_message,
@@ -19,6 +22,7 @@ from gpuboot.k8s.conditions import (
 )
 from gpuboot.results import NodeReport
 from gpuboot_lab.kubeapi import FakeApiServer, node
+from tests.paths import REPO
 
 from .conftest import finding
 
@@ -26,6 +30,7 @@ NOW = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
 STAMP = "2026-11-27T10:00:00Z"
 EARLIER = "2026-11-27T09:00:00Z"
 FAILED = ("False", "RulesFailed", "failed: XID-079")
+TAINT_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 
 
 def with_conditions(*conditions: dict[str, Any]) -> dict[str, Any]:
@@ -236,3 +241,24 @@ def test_a_dry_run_writes_no_condition(apiserver: FakeApiServer, kubeconfig: str
     [patch] = apiserver.status_patches("gpu-a01")
     assert patch.query["dryRun"] == ["All"]
     assert apiserver.condition("gpu-a01", L.CONDITION_CERTIFIED) is None
+
+
+# ------------------------------------------------------------------ the README's rule
+
+
+def test_the_node_readiness_rule_example_names_gpuboots_condition_and_a_legal_taint():
+    # what the controller's v1alpha1 CRD (v0.5.0) admits, and the condition gpuboot writes
+    doc = yaml.safe_load((REPO / "docs" / "node-readiness-rule.yaml").read_text())
+    spec = doc["spec"]
+
+    assert doc["apiVersion"] == "readiness.node.x-k8s.io/v1alpha1"
+    assert doc["kind"] == "NodeReadinessRule"
+    assert [c["type"] for c in spec["conditions"]] == [L.CONDITION_CERTIFIED]
+    assert all(c["requiredStatus"] in STATUSES for c in spec["conditions"])
+    prefix, _, name = spec["taint"]["key"].partition("/")
+    assert prefix == "readiness.k8s.io" and re.fullmatch(TAINT_NAME, name)
+    assert spec["taint"]["effect"] == "NoSchedule"
+    assert spec["enforcementMode"] == "bootstrap-only"
+    # the controller's webhook refuses defaultStatus with bootstrap-only, and an empty selector
+    assert not any("defaultStatus" in c for c in spec["conditions"])
+    assert spec["nodeSelector"]["matchLabels"]
