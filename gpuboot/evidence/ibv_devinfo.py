@@ -16,7 +16,9 @@ TOOL = "ibv_devinfo"
 
 _HCA = re.compile(r"^hca_id:\s*(\S+)\s*$")
 _PORT = re.compile(r"^port:\s*(\d+)\s*$")
-_KV = re.compile(r"^([A-Za-z_][\w ]*?):\s*(.*?)\s*$")
+# the value is stripped, not matched as "(.*?)\s*$": that lazy group retries the trailing
+# "\s*$" at every character, quadratic time on a long run of spaces
+_KV = re.compile(r"^([A-Za-z_][\w ]*?):(.*)$")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def parse_ibv_devinfo(text: str) -> tuple[IbvDevice, ...]:
             devs[-1][2].append((int(m.group(1)), {}))
         elif (m := _KV.match(line)) and devs:
             target = devs[-1][2][-1][1] if devs[-1][2] else devs[-1][1]
-            target.setdefault(m.group(1).strip(), m.group(2))
+            target.setdefault(m.group(1).strip(), m.group(2).strip())
         elif devs and devs[-1][2]:
             continue  # -v continuation lines (GID tables etc.)
         else:

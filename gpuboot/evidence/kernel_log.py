@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
@@ -53,11 +54,15 @@ _GPU_PCI = re.compile(
     r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?"
     r"([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
 )
+# Anchored on the notice's own words, not on the device before them: "(\S+): " searched
+# from every position of a long token backtracks over the rest of it (quadratic time).
+_LIMIT_WORDS = " Gb/s available PCIe bandwidth, limited by "
 _LIMIT = re.compile(
-    r"(?:pci\s+)?(\S+): ([\d.]+) Gb/s available PCIe bandwidth, limited by ([\d.]+) GT/s PCIe "
+    r": ([\d.]+) Gb/s available PCIe bandwidth, limited by ([\d.]+) GT/s PCIe "
     r"x(\d+) link at (\S+) \(capable of ([\d.]+) Gb/s with ([\d.]+) GT/s PCIe x(\d+) link\)"
 )
-_CAUSED_BY = re.compile(r"\s*\bcaused by previous Xid (\d+)\s*$")
+_DEVICE_MAX = 256  # a PCI address or device name; a longer token is no device
+_CAUSED_BY = re.compile(r"\bcaused by previous Xid (\d+)\s*$")  # no leading \s*: quadratic
 _NVLINK5_SEVERITY = re.compile(r"^\S+\s+(Fatal|Non-?fatal)\b", re.I)
 _RECOVERY = re.compile(
     r"recovery action changed from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)"
@@ -189,31 +194,68 @@ def _split(line: str) -> tuple[str | None, str | None, str]:
     return None, None, line
 
 
-def parse_kernel_log(text: str) -> KernelLog:
-    require_text(TOOL, text)
-    messages: list[tuple[str | None, str]] = []
-    styles: Counter[str] = Counter()
-    elided = False
-    for raw in text.splitlines():
-        if not raw.strip():
+def _lines(text: str) -> Iterator[str]:
+    """Each line, one at a time: a node's log may be millions of lines, and a list of them
+    all (``splitlines``) would cost the controller several times the text's size."""
+    start, size = 0, len(text)
+    while start < size:
+        end = text.find("\n", start)
+        if end < 0:
+            end = size
+        yield text[start:end].rstrip("\r")
+        start = end + 1
+
+
+def _messages(text: str, styles: Counter[str]) -> Iterator[tuple[str | None, str] | None]:
+    """(timestamp, message) per kernel message, continuation lines folded in; None for an
+    elision line. Counts each line's timestamp style in ``styles``."""
+    current: tuple[str | None, list[str]] | None = None
+    for raw in _lines(text):
+        line = raw.strip()
+        if not line:
             continue
-        if ELISION.match(raw.strip()):
-            elided = True
+        if ELISION.match(line):
+            yield None
             continue
         style, ts, msg = _split(raw)
-        if style is None and raw[:1] in (" ", "\t") and messages:
-            # journalctl indents the continuation of a multi-line kernel message
-            prev_ts, prev = messages[-1]
-            messages[-1] = (prev_ts, f"{prev} {raw.strip()}")
+        if style is None and raw[:1] in (" ", "\t") and current:
+            # journalctl indents the continuation of a multi-line kernel message; its parts
+            # are joined once: adding each line to the joined text would copy it again for
+            # every line (quadratic time)
+            current[1].append(line)
             continue
         if style:
             styles[style] += 1
-        messages.append((ts, msg.strip()))
+        if current:
+            yield current[0], " ".join(current[1])
+        current = (ts, [msg.strip()])
+    if current:
+        yield current[0], " ".join(current[1])
+
+
+# A message none of the parsed events can be in is passed over with one search.
+_WORTH_READING = re.compile(
+    r"NVRM|SXid|fallen off the bus|Gb/s available PCIe bandwidth|detected NVSwitch", re.I
+)
+
+
+def parse_kernel_log(text: str) -> KernelLog:
+    require_text(TOOL, text)
+    styles: Counter[str] = Counter()
+    elided = False
     xids: list[XidEvent] = []
     limits: list[PcieLimit] = []
     recent_gpu: tuple[str, int] | None = None  # (pci, message index) of "NVRM: GPU <pci>"
     sxids: list[SXidEvent] = []
-    for i, (ts, msg) in enumerate(messages):
+    i = -1
+    for message in _messages(text, styles):
+        if message is None:
+            elided = True
+            continue
+        i += 1
+        ts, msg = message
+        if not _WORTH_READING.search(msg):
+            continue
         if m := _XID.search(msg):
             xids.append(_xid_event(m, ts))
             continue
@@ -225,19 +267,8 @@ def parse_kernel_log(text: str) -> KernelLog:
         if "fallen off the bus" in msg and recent_gpu and i - recent_gpu[1] <= 3:
             xids.append(XidEvent(79, recent_gpu[0], None, None, msg, ts, derived=True))
             recent_gpu = None
-        if lm := _LIMIT.search(msg):
-            limits.append(
-                PcieLimit(
-                    lm.group(1),
-                    float(lm.group(2)),
-                    float(lm.group(3)),
-                    int(lm.group(4)),
-                    lm.group(5),
-                    float(lm.group(6)),
-                    float(lm.group(7)),
-                    int(lm.group(8)),
-                )
-            )
+        if limit := _pcie_limit(msg):
+            limits.append(limit)
     # A real Xid 79 line is often followed by "GPU ... has fallen off the bus": count it once.
     explicit = {x.pci_device for x in xids if x.code == 79 and not x.derived}
     xids = [x for x in xids if not (x.derived and x.pci_device in explicit)]
@@ -254,6 +285,30 @@ def parse_kernel_log(text: str) -> KernelLog:
     )
 
 
+def _pcie_limit(msg: str) -> PcieLimit | None:
+    """The bandwidth notice's figures and the device named right before them, if any."""
+    if _LIMIT_WORDS not in msg:
+        return None
+    for m in _LIMIT.finditer(msg):
+        before = msg[max(0, m.start() - _DEVICE_MAX) : m.start()]
+        if not before or before[-1].isspace():
+            continue
+        device = before.split()[-1]
+        if len(device) == _DEVICE_MAX:
+            continue
+        return PcieLimit(
+            device,
+            float(m.group(1)),
+            float(m.group(2)),
+            int(m.group(3)),
+            m.group(4),
+            float(m.group(5)),
+            float(m.group(6)),
+            int(m.group(7)),
+        )
+    return None
+
+
 def _xid_event(m: re.Match[str], ts: str | None) -> XidEvent:
     code, rest, pid, name = int(m.group(2)), m.group(3), None, None
     if pm := _PID.match(rest):
@@ -264,7 +319,7 @@ def _xid_event(m: re.Match[str], ts: str | None) -> XidEvent:
         rest = rest[nm.end() :]
     caused_by = None
     if cm := _CAUSED_BY.search(rest):
-        caused_by, rest = int(cm.group(1)), rest[: cm.start()]
+        caused_by, rest = int(cm.group(1)), rest[: cm.start()].rstrip()
     fatal = None
     if code in NVLINK5_CODES and (fm := _NVLINK5_SEVERITY.match(rest)):
         fatal = fm.group(1).lower() == "fatal"
