@@ -40,7 +40,6 @@ def run(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot.cli import gate, preflight
-    from gpuboot.remediate.record import beside
     from gpuboot.remediate.run import run_ladder
 
     limits = gate.limits_from(args)  # bad budget values: exit 2 before any host
@@ -61,7 +60,7 @@ def run(args) -> Outcome:
         dry_run=args.dry_run,
         progress=progress(args),
         sign_key=Path(args.sign_key) if args.sign_key else None,
-        history=beside(args.history),
+        scan_history=Path(args.history) if args.history else None,
     )
     return Outcome(result.exit_code, result.to_dict(), text(result.to_dict()))
 

@@ -298,6 +298,7 @@ def run_ladder(
     progress: Callable[[str], None] = lambda _m: None,
     sign_key: Path | None = None,
     history: Path | None = None,
+    scan_history: Path | None = None,
     certify_timeout_s: float = CERTIFY_TIMEOUT_S,
     cooldown_s: int = DEFAULT_COOLDOWN_S,
     allow_partial: bool = False,
@@ -306,6 +307,9 @@ def run_ladder(
     ``sign_key``: certificates for the nodes that pass, so the gate returns them to service.
     ``cooldown_s``: after a human cancelled gpuboot's take-out, how long the node is left
     alone (unless its fault is critical). ``allow_partial``: as certify's join gate.
+    ``scan_history``: the fleet's scan history (default GPUBOOT_HOME's): the remediation
+    history sits beside it, and a fault it saw come back after the reboot threshold
+    (gpuboot.escalation) goes straight to quarantine; ``history`` overrides the former.
     """
     from gpuboot import certify
 
@@ -316,9 +320,10 @@ def run_ladder(
         from gpuboot.k8s.client import connect
 
         api = connect(kubeconfig, context)  # an unusable kubeconfig: bad input, nothing touched
-    history = history or record.default_history()
+    history = history or record.beside(scan_history)
     if report is None:
         report = certify.certify(inv, limit=",".join(hosts), progress=progress)
+        report = _escalated(report, scan_history, progress)
     names = inv.k8s_node_names()
     records = record.read(history)
     out = RemediationResult(dry_run=dry_run, history=history)
@@ -351,6 +356,28 @@ def run_ladder(
             NodeRemediation(node.host, name, LD.climb(facts, fault, past, time.time(), do))
         )
     return out
+
+
+def _escalated(
+    report: RunReport, scan_history: Path | None, warn: Callable[[str], None]
+) -> RunReport:
+    """The certify report with each node's escalations as a scan would find them: the
+    hardware faults the scan history saw in more boots than the reboot threshold."""
+    from dataclasses import replace
+
+    from gpuboot import escalation
+    from gpuboot.scan import default_history, load_history
+
+    if report.bundle is None:
+        return report
+    hist = load_history(scan_history or default_history(), warn)
+    nodes = []
+    for node in report.nodes:
+        past = hist.nodes.get(node.host)
+        seen = escalation.observe_bundle(report.bundle / node.host)
+        found = escalation.escalations(seen, past.faults if past else None)
+        nodes.append(replace(node, escalations=tuple(found)))
+    return replace(report, nodes=tuple(nodes))
 
 
 def _would(_step: str) -> tuple[str, str]:

@@ -265,3 +265,27 @@ def test_a_bad_budget_is_refused_before_any_host(guard, tmp_path, capsys):
     inv = str(_inventory(tmp_path))
     assert cli.main(["remediate", "-i", inv, "--max-unavailable", "ten"]) == 2
     assert "--max-unavailable" in capsys.readouterr().err and guard == []
+
+
+def test_a_fault_the_scans_saw_back_after_two_reboots_is_quarantined(guard, tmp_path, monkeypatch):
+    scans = tmp_path / "scans.jsonl"
+    fault = "xid:79@0000:3b:00"
+    recs = [
+        {"time": f"t{i}", "host": "n1", "failing": {"XID-001": "FAIL"}, "boot_id": boot,
+         "faults": [fault], "escalated": [], "gpus": {}}
+        for i, boot in enumerate(("b1", "b2"))
+    ]  # fmt: skip
+    scans.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    report = _report(tmp_path, {"n1": "FAIL"})
+    boot = report.bundle / "n1" / "proc_sys_kernel_random_boot_id.txt"
+    monkeypatch.setattr(certify, "certify", lambda inv, **_kw: report)
+    monkeypatch.setattr(plays, "reboot", lambda *a: pytest.fail("rebooted an escalated fault"))
+    boot.write_text("b2\n")  # seen in two boots so far: a reboot is still worth it
+    out = R.run_ladder(_inventory(tmp_path), scan_history=scans, dry_run=True)
+    assert out.nodes[0].climb.steps[0].step == "reboot"
+    boot.write_text("b3\n")  # back after the second reboot
+    out = R.run_ladder(_inventory(tmp_path), scan_history=scans)
+    (step,) = out.nodes[0].climb.steps
+    assert (step.step, step.result) == ("quarantine", LD.DONE) and guard == []
+    (rec,) = record.read(tmp_path / "scans.jsonl.remediation.jsonl")  # beside its scans
+    assert rec["step"] == "quarantine"
