@@ -136,8 +136,10 @@ class Steps:
     def _cluster_step(self, step: str) -> tuple[str, str]:
         from gpuboot.k8s import lease, ownership
         from gpuboot.k8s.client import describe
+        from gpuboot.remediate.hold import release_command
 
         api = self.cluster.api  # type: ignore[union-attr]
+        outcome = None
         try:
             node = cluster.read_node(api, self.name)
             why = ownership.foreign_marker(node) or (
@@ -156,17 +158,28 @@ class Steps:
             with lease.held(api, self.name):
                 # NVSentinel stands aside while gpuboot maintains the node, then resumes
                 cluster.send(api, self.name, ownership.pause_nvsentinel(node))
-                try:
-                    return self._step(step)
-                finally:
-                    after = cluster.read_node(api, self.name)
-                    cluster.send(api, self.name, ownership.resume_nvsentinel(after))
+                outcome = self._step(step)
+                after = cluster.read_node(api, self.name)
+                cluster.send(api, self.name, ownership.resume_nvsentinel(after))
+            return outcome
         except Held as exc:
             return LD.HELD, str(exc)
         except lease.LeaseHeld as exc:
             return LD.HELD, f"another remediator holds the node's Lease: {exc.holder}"
         except (api.api_error, *api.transport_errors, ValueError) as exc:
-            return LD.HELD, f"nothing done: {describe(exc, api)}"
+            if outcome is None:
+                return LD.HELD, f"nothing done: {describe(exc, api)}"
+            # the step was taken: its result stands, what was left on the node is said
+            release = release_command(
+                self.name,
+                self.cluster.kubeconfig,  # type: ignore[union-attr]
+                self.cluster.context,  # type: ignore[union-attr]
+                None,
+            )
+            return outcome[0], (
+                f"{outcome[1]}; then the API failed ({describe(exc, api)}): NVSentinel's "
+                f"label or gpuboot's Lease may be left, `{release}` clears them"
+            )
 
     def _why(self) -> str:
         return f"{self.fault.key} ({', '.join(self.fault.rules) or 'no rule'})"

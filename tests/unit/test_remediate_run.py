@@ -160,6 +160,28 @@ def test_nvsentinel_stands_aside_during_a_step_and_gets_its_label_back(
     assert api.nodes["n1"]["metadata"]["labels"][managed] == "true"
 
 
+def test_the_api_failing_after_a_step_keeps_its_result_and_says_what_is_left(
+    steps, api, tmp_path, monkeypatch
+):
+    api.add(node("n1"))
+    api.add(node("n2"))
+
+    def reboot(inv, host, reason):
+        api.inject(500, path="/api/v1/nodes/n1$", method="GET")  # the API goes down meanwhile
+        return HostResult(host=host, ok=1)
+
+    monkeypatch.setattr(plays, "reboot", reboot)
+    steps["verdicts"] = ["FAIL"]
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    first = out.nodes[0].climb.steps[0]
+    assert (first.step, first.result) == ("reboot", LD.FAILED)
+    assert "then the API failed" in first.detail and "gpuboot node release n1" in first.detail
+    # the next step finds the API down: nothing done, the climb stops there
+    assert [(s.step, s.result) for s in out.nodes[0].climb.steps[1:]] == [("reinstall", LD.HELD)]
+
+
 def test_the_disruption_gate_holds_a_step_back(steps, api, tmp_path):
     from gpuboot.k8s.budget import Limits
 
