@@ -97,8 +97,8 @@ def run_capped(host: Any, command: str, max_bytes: int, what: str) -> Any:
 
     for backend in _answer_readers(host):
         # a backend with its own run_local reads through communicate() itself
-        stock = type(backend).run_local is BaseBackend.run_local
-        if isinstance(backend, BaseBackend) and stock and "run_local" not in vars(backend):
+        stock = isinstance(backend, BaseBackend) and "run_local" not in vars(backend)
+        if stock and type(backend).run_local is BaseBackend.run_local:
             backend.run_local = types.MethodType(_run_local_capped, backend)
     _cap.limit, _cap.what = max_bytes, what
     try:

@@ -10,10 +10,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpuboot.bundle.model import MAX_PROFILE_BYTES
 from gpuboot.errors import ConfigError
-from gpuboot.yamlsafe import safe_load
+from gpuboot.yamlsafe import read_capped_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -229,18 +228,6 @@ def load_profile(name_or_path: str | Path) -> dict[str, Any]:
 
 def _load_profile(path: Path) -> dict[str, Any]:
     where = str(path.name if path.parent == PROFILE_DIR else path)
-    try:
-        data = safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(
-            f"not valid YAML{loc}: {getattr(exc, 'problem', exc)}",
-            where=where,
-            hint="fix the YAML syntax",
-        ) from exc
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read profile: {exc.strerror}", where=where, hint="check the file's permissions"
-        ) from exc
+    hint = f"name a profile file (UTF-8 YAML) or one of: {', '.join(list_profiles())}"
+    data = read_capped_yaml(path, MAX_PROFILE_BYTES, "profile", hint=hint)
     return validate(data, where)

@@ -19,17 +19,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-import yaml
-
 from gpuboot.components import OS_FAMILIES
 from gpuboot.components import components as component_table
 from gpuboot.errors import ConfigError
 from gpuboot.stacks.versions import PACKAGE_VERSION_RE, UPSTREAM_RE, upstream_of
-from gpuboot.yamlsafe import safe_load
+from gpuboot.yamlsafe import read_capped_yaml
 
 SCHEMA = 1
 FLAVORS = ("open", "proprietary")
 HOLD_METHODS = {"debian": ("apt-mark",), "redhat": ("dnf-versionlock",)}
+MAX_STACK_BYTES = 1024 * 1024  # a shipped stack is under 10 KB
+STACK_FILE_HINT = "name a stack file (UTF-8 YAML), or a shipped stack (gpuboot/stacks/*.yaml)"
 # Every component of gpuboot/components.yaml, in install order (the stack file's keys),
 # those with pins, and those with pins a stack may disable (or leave out).
 PARTS = tuple(c.name for c in component_table())
@@ -494,23 +494,7 @@ def parse_stack(data: Any, path: Path, label: str) -> Stack:
 
 def read_stack_file(path: Path, label: str) -> Stack:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        fault = ConfigError(
-            f"cannot read stack file: {exc.strerror}",
-            where=label,
-            hint="check the path, or name a shipped stack (gpuboot/stacks/*.yaml)",
-        )
-        raise StackFaults(label, [fault], None) from exc
-    try:
-        data = safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        fault = ConfigError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            where=f"{label}:{line}",
-            hint="fix the YAML syntax (indentation, quotes)",
-        )
-        raise StackFaults(label, [fault], None) from exc
+        data = read_capped_yaml(path, MAX_STACK_BYTES, "stack file", hint=STACK_FILE_HINT)
+    except ConfigError as exc:
+        raise StackFaults(label, [exc], None) from None
     return parse_stack(data, path, label)

@@ -78,3 +78,90 @@ def test_an_answer_over_the_cap_is_that_nodes_error_naming_the_cap(monkeypatch):
     with pytest.raises(remote.AnswerTooLarge) as caught:
         node_collect.collect_node("n1", object(), {})
     assert caught.value.where == "n1"
+
+
+# ---------------------------------------------------------------- files gpuboot is pointed at
+def _special_files(tmp_path):
+    """name -> a path gpuboot must refuse to read as an operator's file."""
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(tmp_path / "elsewhere.yaml")
+    (tmp_path / "elsewhere.yaml").write_text("schema: 1\n")
+    return {"FIFO": fifo, "device": "/dev/zero", "symbolic link": link, "directory": tmp_path}
+
+
+BINARY = b"schema: 1\nname: \x00\x01\x02" + bytes(range(256)) * 64
+LATIN1 = "schema: 1\nname: café\n".encode("latin-1")
+
+
+def _load_stack(path):
+    from gpuboot.stacks import load_stack
+
+    return load_stack(str(path))
+
+
+def _load_profile(path):
+    from gpuboot.profiles import load_profile
+
+    return load_profile(str(path))
+
+
+LOADERS = {"stack": _load_stack, "profile": _load_profile}
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize(
+    "content, offset_text",
+    [(BINARY, "NUL byte at offset 16"), (LATIN1, "byte 0xe9 at offset 19")],
+    ids=["binary", "latin-1"],
+)
+def test_a_binary_or_non_utf8_file_is_bad_input_naming_the_file_and_offset(
+    tmp_path, loader, content, offset_text
+):
+    from gpuboot.errors import BadInput
+
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(BadInput) as caught:
+        LOADERS[loader](path)
+    err = caught.value
+    assert err.exit_code == 2
+    assert str(path) in (err.where or "")
+    assert offset_text in err.message
+    assert len(str(err)) < 600  # the file is named, never dumped
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+@pytest.mark.parametrize("kind", ["FIFO", "device", "symbolic link", "directory"])
+def test_a_fifo_device_link_or_directory_is_refused_not_read(tmp_path, loader, kind):
+    from gpuboot.errors import BadInput
+
+    path = _special_files(tmp_path)[kind]
+    with pytest.raises(BadInput) as caught:
+        LOADERS[loader](path)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_an_oversized_or_deeply_nested_file_is_refused_within_its_bounds(tmp_path, loader):
+    from gpuboot.errors import BadInput
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 200 + "]" * 200 + "\n")
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n"
+            for p, c in zip("abcdefg", "bcdefgh", strict=True)
+        )
+    )
+    for path, why in ((deep, "nests deeper"), (big, "larger than"), (bomb, "aliases")):
+        with pytest.raises(BadInput) as caught:
+            LOADERS[loader](path)
+        assert why in caught.value.message, (path.name, caught.value)
