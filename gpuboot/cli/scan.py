@@ -62,6 +62,12 @@ def register(verbs, common) -> None:
         "reboot, reinstall, quarantine; as `gpuboot remediate`), never a node the breaker "
         "holds back",
     )
+    sc.add_argument(
+        "--sign-key",
+        metavar="KEY",
+        help="with --remediate: certificate signing key, so a node that certifies again after "
+        "its step is returned to service",
+    )
     sc.set_defaults(func=run)
 
 
@@ -76,6 +82,17 @@ def run(args) -> Outcome:
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         preflight.check_kubeconfig(args)
     gate.limits_from(args)  # so are disruption budget options that do not combine
+    if args.sign_key:  # so is a key that cannot sign, or that nothing would sign with
+        from gpuboot.errors import BadInput
+        from gpuboot.report import certificate
+
+        if not args.remediate:
+            raise BadInput(
+                "only --remediate certifies nodes again: a scan alone issues no certificate",
+                where="--sign-key",
+                hint="add --remediate, or leave --sign-key out",
+            )
+        certificate.load_private_key(args.sign_key)
     # an unreadable breaker state: refused before any host
     BreakerState(state_for(Path(args.history) if args.history else None)).open_rules()
     inv = load_inventory(args.inventory)  # read once: the lock, the run and the gate use it
@@ -108,7 +125,7 @@ def _scan_inventory(args, inv) -> Outcome:
         code = code if gate_ok else EXIT_NODE_FAILED
     remediation = None
     if args.remediate:
-        remediation = _remediate(args, inv, report, tripped.held)
+        remediation = _remediate(args, inv, report, tripped.held, result.history_path)
         text += "".join(f"\n{line}" for line in _remediation_lines(remediation))
         actions = replace(actions, remediation=_steps(remediation))
         code = EXIT_RUN_BROKE if remediation.exit_code == EXIT_RUN_BROKE else code
@@ -221,7 +238,7 @@ def _json(doc) -> str:
     return json.dumps(doc, indent=2)
 
 
-def _remediate(args, inv, report, held):
+def _remediate(args, inv, report, held, history):
     """K4's ladder on the failing nodes the breaker does not hold: a shared cause is not
     fixed by rebooting every node it shows on."""
     from gpuboot.cli import gate
@@ -237,6 +254,9 @@ def _remediate(args, inv, report, held):
         limits=gate.limits_from(args),
         dry_run=args.k8s_dry_run,
         progress=progress(args),
+        sign_key=Path(args.sign_key) if args.sign_key else None,
+        scan_history=history,
+        cooldown_s=args.cooldown,
     )
 
 

@@ -268,8 +268,11 @@ def test_an_unreadable_breaker_state_refuses_the_scan_before_any_host(site, caps
     assert code == 2 and site.scans == 0 and "gpuboot breaker reset" in err
 
 
-def test_scan_remediate_leaves_the_nodes_the_breaker_holds_alone(site, capsys, monkeypatch):
+def test_scan_remediate_leaves_the_nodes_the_breaker_holds_alone(
+    site, capsys, monkeypatch, tmp_path
+):
     from gpuboot.remediate import run as remediate_run
+    from gpuboot.report import certificate
 
     given = []
 
@@ -281,18 +284,31 @@ def test_scan_remediate_leaves_the_nodes_the_breaker_holds_alone(site, capsys, m
             node = {"host": "node4", "steps": [step], "outcome": "passed", "skipped": None}
             return {"dry_run": False, "nodes": [node], "exit_code": 0}
 
-    def ladder(_inv, *, report, **_kw):
+    def ladder(_inv, *, report, **kw):
         given.extend(n.host for n in report.nodes if n.verdict == "FAIL")
+        given.append((kw["sign_key"], kw["scan_history"]))
         return Result()
 
     monkeypatch.setattr(remediate_run, "run_ladder", ladder)
     failing = {h: {"XID-001": ("FAIL", XID79.format(bus=17))} for h in HOSTS[:3]}
     failing["node4"] = {"NVL-001": ("FAIL", "GPU 1 NVLink 3 down")}  # its own fault
     site.next = _scanned(failing)
-    code, doc = site.scan(capsys, "--remediate")
-    assert code == 6 and given == ["node4"]  # a shared cause is not rebooted away
+    key = tmp_path / "key.pem"
+    certificate.generate_key(key)
+    code, doc = site.scan(capsys, "--remediate", "--sign-key", str(key))
+    assert code == 6 and given[0] == "node4"  # a shared cause is not rebooted away
+    assert given[1:] == [(key, Path(site.history))]  # its certify signs; its history is ours
     assert doc["remediation"]["nodes"][0]["outcome"] == "passed"
     assert 'gpuboot_scan_remediation_steps{step="reconcile",result="passed"} 1' in _prom(site)
+
+
+def test_a_sign_key_without_remediate_or_unusable_is_refused_before_any_host(site, capsys):
+    inventory = str(Path(site.history).with_name("fleet.yml"))
+    key = Path(site.history).with_name("nokey.pem")
+    assert cli.main(["scan", "-q", "-i", inventory, "--sign-key", str(key)]) == 2
+    assert "--sign-key: only --remediate certifies" in capsys.readouterr().err
+    assert cli.main(["scan", "-q", "-i", inventory, "--remediate", "--sign-key", str(key)]) == 2
+    assert str(key) in capsys.readouterr().err and site.scans == 0
 
 
 def _taken_out(doc: dict) -> None:
