@@ -9,6 +9,8 @@ reports as ERROR: a harness fault never marks hardware bad. The catalogue is ``R
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuboot.bundle.model import Evidence
 from gpuboot.checks import (
     bw_rules,
@@ -445,7 +447,34 @@ def evaluate(evidence: Evidence, ctx: NodeContext, only: list[str] | None = None
             findings.append(rule.error(exc))
         except Exception as exc:  # a rule bug is the harness's fault, never the node's
             findings.append(rule.error(RuntimeError(f"{type(exc).__name__}: {exc}")))
-    return findings
+    return explain_knock_ons(findings)
+
+
+# A part gone from the node (a GPU off the bus, a NIC its driver does not see) leaves every
+# per-part listing short: the rules reading them cannot judge, and that is not the harness's
+# fault. Their ERRORs are "not judged" because of the root's FAIL, so a scheduler sees one
+# known failure (scan exit 5), not a harness that broke anew each scan (exit 4).
+ROOT_FAILURES = ("GPU-001", "PCI-002")
+
+
+def explain_knock_ons(findings: list[Finding]) -> list[Finding]:
+    """ERRORs on a node where a part-presence rule FAILs become SKIPPED naming the root;
+    what the rule itself said stays in the reason."""
+    roots = [f for f in findings if f.rule in ROOT_FAILURES and f.status == FAIL]
+    if not roots:
+        return findings
+    because = "; ".join(f"{f.rule} failed ({f.reason[:120]})" for f in roots)
+    return [
+        replace(
+            f,
+            status=SKIPPED,
+            reason=f"not judged: {because}; {f.reason}",
+            action=f"fix {', '.join(r.rule for r in roots)} first: this rule is judged again then",
+        )
+        if f.status == ERROR
+        else f
+        for f in findings
+    ]
 
 
 def verdict(findings: list[Finding]) -> str:

@@ -382,3 +382,24 @@ def test_nvbandwidth_over_fewer_gpus_than_the_node_has_is_error(healthy):
     found = _judge({**ev, name: cut}, ctx, "BW-001")["BW-001"]
     assert found.status == "ERROR", found.reason
     assert "host_to_device_memcpy_ce measured 4 of the node's 8 GPUs" in found.reason
+
+
+def test_rules_a_lost_gpu_leaves_unable_to_judge_name_it_as_the_cause(healthy):
+    """A GPU gone from the bus leaves topo -m a GPU short: TOP-001 cannot judge, and that
+    is the lost GPU's doing, not the harness's (a scan says "still failing", not "could not
+    judge")."""
+    ev, ctx = healthy
+    gone = _drop_gpu(ev, 3)
+    topo = next(n for n in ev if n.startswith("nvidia-smi_topo_-m"))
+    rows = ev[topo].stdout.splitlines(keepends=True)
+    gone[topo] = ProbeOutput("".join(r for r in rows if not r.startswith("GPU3")), "", 0)
+    alone = _judge({**ev, topo: gone[topo]}, ctx, "TOP-001")["TOP-001"]
+    assert alone.status == "ERROR"  # without the root cause in view: the harness's ERROR
+    found = _judge(gone, ctx)
+    assert found["GPU-001"].status == "FAIL"
+    top = found["TOP-001"]
+    assert top.status == "SKIPPED"
+    assert top.reason.startswith("not judged: GPU-001 failed (7 of 8 GPUs visible); ")
+    assert top.reason.endswith(alone.reason)
+    assert top.action.startswith("fix GPU-001, PCI-002 first")
+    assert rules.verdict(list(found.values())) == "FAIL"
