@@ -138,8 +138,8 @@ def test_resume_skips_malformed_rollout_records_with_a_warning_naming_each(tmp_p
     runs = paths.runs_dir()
     _write_runs(runs, inv)
     warnings: list[str] = []
-    run_id, redo = rollout.resume_hosts(inv, "latest", warn=warnings.append)
-    assert (run_id, redo) == ("20260101T000000-install-good01", ["n2", "n3"])
+    found = rollout.resume_from(inv, "latest", warn=warnings.append)
+    assert (found.run_id, found.hosts) == ("20260101T000000-install-good01", ["n2", "n3"])
     assert len(warnings) == len(BAD_RECORDS)
     for run_id in BAD_RECORDS:
         assert any(str(runs / run_id / "rollout.json") in w for w in warnings), run_id
@@ -153,7 +153,7 @@ def test_resume_of_a_named_malformed_run_is_bad_input_naming_the_file(tmp_path, 
     inv = _inventory(tmp_path)
     _write_runs(paths.runs_dir(), inv)
     with pytest.raises(BadInput) as exc:
-        rollout.resume_hosts(inv, "20260106T000000-install-types1")
+        rollout.resume_from(inv, "20260106T000000-install-types1")
     assert exc.value.where.endswith("20260106T000000-install-types1/rollout.json")
     assert "'failed'" in exc.value.message
 
@@ -161,7 +161,7 @@ def test_resume_of_a_named_malformed_run_is_bad_input_naming_the_file(tmp_path, 
 def test_resume_refuses_a_run_id_that_is_a_path(tmp_path, home):
     inv = _inventory(tmp_path)
     with pytest.raises(BadInput, match="not a run id"):
-        rollout.resume_hosts(inv, "../../etc")
+        rollout.resume_from(inv, "../../etc")
 
 
 # ---------------------------------------------------------------- scan history lines
@@ -332,7 +332,8 @@ def test_interrupted_install_keeps_finished_batches_and_resumes_the_rest(
     state = json.loads((run_dir / "rollout.json").read_text())
     assert state["converged"] == ["n1"] and state["failed"] == []
     assert state["pending"] == ["n2", "n3"] and "interrupted" in state["stopped"]
-    assert rollout.resume_hosts(inv, "latest") == (run_dir.name, ["n2", "n3"])
+    found = rollout.resume_from(inv, "latest")
+    assert (found.run_id, found.hosts) == (run_dir.name, ["n2", "n3"])
     # through the CLI: exit 130 and how to go on, not a traceback
     calls.clear()
     assert cli.main(["install", "-i", str(inv), "--serial", "1", "-q"]) == 130
