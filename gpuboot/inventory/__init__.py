@@ -1,8 +1,8 @@
 """Read and check an Ansible inventory before any host is touched, once per run: the
 loaded Inventory (each host's view, gpuboot.inventory.hosts) is handed down to every verb.
 
-The inventory is the operator's, but its values become paths, --limit patterns, ssh
-arguments on a shell line (testinfra) and package pins: each is checked against the
+The inventory is the operator's, but its values become paths, --limit patterns, ssh's
+argument vector and package pins: each is checked against the
 form it must have before anything uses it (connection.py, hosts.py), and every file
 Ansible would read is checked first for what would crash or exhaust Ansible (files.py).
 """
