@@ -16,6 +16,7 @@ from gpuboot.k8s import labels as L
 from gpuboot.remediate import ladder as LD
 from gpuboot.remediate import plays, record
 from gpuboot.remediate import run as R
+from gpuboot.remediate import steps as S
 from gpuboot.results import RunReport
 from gpuboot.runner import HostResult
 from gpuboot_lab.kubeapi import FakeApiServer, node
@@ -62,7 +63,7 @@ def steps(guard, monkeypatch, tmp_path):
 
     monkeypatch.setattr(plays, "reboot", reboot)
     monkeypatch.setattr(certify, "certify", fake_certify)
-    monkeypatch.setattr(R, "CERTIFY_RETRY_S", 0.0)
+    monkeypatch.setattr(S, "CERTIFY_RETRY_S", 0.0)
     return done
 
 
@@ -93,7 +94,7 @@ def test_a_reboot_that_certifies_ends_it_and_the_same_fault_later_climbs(
     # the same fault back: reinstall (scripted to fail here), then quarantine
     calls = []
     steps["verdicts"] = ["FAIL"]
-    monkeypatch.setattr(R.Steps, "_reinstall", lambda self: calls.append(self.host))
+    monkeypatch.setattr(S.Steps, "_reinstall", lambda self: calls.append(self.host))
     second = R.run_ladder(inv, report=_report(tmp_path / "b", {"n1": "FAIL"}))
     got = [(s.step, s.result) for s in second.nodes[0].climb.steps]
     assert got == [("reinstall", "failed"), ("quarantine", "done")] and calls == ["n1"]
@@ -135,7 +136,7 @@ def test_on_a_cluster_each_step_is_marked_and_a_pass_clears_the_state(steps, api
     assert "not returned to service without a signing key" in step.detail
     meta = api.nodes["n1"]["metadata"]
     assert L.LABEL_STATE not in meta["labels"]
-    (action,) = json.loads(meta["annotations"][L.ANNOTATION_ACTIONS])
+    action = json.loads(meta["annotations"][L.ANNOTATION_ACTIONS])[-1]  # the drain's before
     assert (action["step"], action["result"]) == ("reboot", "passed")
 
 
