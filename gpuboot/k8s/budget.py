@@ -5,7 +5,8 @@ failure domain (``--max-unavailable-per-domain``), and gpuboot's own take-outs i
 window (``--max-new-takeouts`` per ``--takeout-window``).
 
 The window is rebuilt from the take-out times gpuboot wrote on the nodes
-(``gpuboot.io/taken-out-at``), so a restarted gpuboot still counts what it did before.
+(``gpuboot.io/taken-out-at``, and the take-outs its bounded actions annotation records,
+which a release leaves in place), so a restarted gpuboot still counts what it did before.
 A scan, an install's drain, a remediation step and another tool's cordon all count against
 the same limits: each gate reads the same Node objects.
 
@@ -24,6 +25,7 @@ PreferNoSchedule is a preference, not unavailability.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ CORDON_TAINT = "node.kubernetes.io/unschedulable"
 OUT_EFFECTS = ("NoSchedule", "NoExecute")
 CAUSE_GPUBOOT, CAUSE_CORDON = "gpuboot", "cordoned"
 CAUSE_NOT_READY, CAUSE_READY_UNKNOWN = "NotReady", "Ready Unknown"
+# the step gpuboot records in a node's actions annotation when it takes the node out
+TAKE_OUT_STEP = "take-out"
 
 FLAGS = {
     "max_unavailable": "--max-unavailable",
@@ -174,6 +178,25 @@ def taken_out_at(node: dict[str, Any]) -> float | None:
         return None
 
 
+def take_out_times(node: dict[str, Any]) -> list[float]:
+    """Every time gpuboot took ``node`` out that the node still records: its taken-out-at,
+    and the take-outs in its actions annotation, which outlive a release (a node taken out
+    and let back in, or put back by a human, still counts in its window). An unreadable
+    annotation reads as none."""
+    times = [at] if (at := taken_out_at(node)) is not None else []
+    try:
+        actions = json.loads(
+            (_meta(node).get("annotations") or {}).get(L.ANNOTATION_ACTIONS) or "[]"
+        )
+    except ValueError:
+        actions = []
+    for entry in actions if isinstance(actions, list) else []:
+        at = entry.get("at") if isinstance(entry, dict) else None
+        if entry.get("step") == TAKE_OUT_STEP and isinstance(at, int | float):
+            times.append(float(at))
+    return times
+
+
 @dataclass
 class Census:
     unavailable: dict[str, str]  # node -> cause
@@ -195,9 +218,8 @@ def census(
         name = name_of(node)
         if why := cause(node, ignore_taints):
             out[name] = why
-        at = taken_out_at(node)
-        if at is not None and at > now - window_s:
-            recent.append((name, at))
+        if inside := [at for at in take_out_times(node) if at > now - window_s]:
+            recent.append((name, max(inside)))  # a node counts once in a window
     return Census(out, sorted(recent, key=lambda r: r[1]))
 
 

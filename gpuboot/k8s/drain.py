@@ -28,7 +28,7 @@ from gpuboot.k8s import labels as L
 from gpuboot.k8s.budget import DisruptionGate, Limits
 from gpuboot.k8s.client import TIMEOUT, Api, connect, describe, list_nodes
 from gpuboot.k8s.decision import Target
-from gpuboot.k8s.gate import GateAction, apply_target
+from gpuboot.k8s.gate import GateAction, apply_target, record_take_out
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -136,7 +136,7 @@ def drain(
         for result in results.values():
             result.error = f"not cordoned: cannot list the nodes ({describe(exc, api)})"
         return results
-    known = {(n.get("metadata") or {}).get("name") for n in listed}
+    known = {(n.get("metadata") or {}).get("name"): n for n in listed}
     budget = DisruptionGate(listed, limits or Limits(), now=wall())
     stopped = None
     for result in results.values():
@@ -146,11 +146,15 @@ def drain(
         if stopped:
             result.error = f"not cordoned: the API server failed earlier in this run ({stopped})"
             continue
+        out = budget.is_out(result.node)
         if why := budget.admit(result.node):
             result.held = why
             continue
+        target = _uncertify(result.host)
+        if not out:
+            record_take_out(target, known[result.node], now=budget.now)
         action = GateAction(node=result.node, verdict="INSTALL")
-        if apply_target(api, action, _uncertify(result.host), dry_run=False):
+        if apply_target(api, action, target, dry_run=False):
             stopped = action.error
         result.member, result.changes = not action.missing, action.changes
         result.held = action.held

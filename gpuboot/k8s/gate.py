@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.k8s import labels as L
-from gpuboot.k8s.budget import DisruptionGate, Limits, critical, severity_order
+from gpuboot.k8s.budget import TAKE_OUT_STEP, DisruptionGate, Limits, critical, severity_order
 from gpuboot.k8s.client import TIMEOUT, Api, connect, describe, list_nodes, read_node, server_failed
 from gpuboot.k8s.conditions import write_conditions
 from gpuboot.k8s.decision import Target, decide
 from gpuboot.k8s.ownership import cancelled, foreign_marker
-from gpuboot.k8s.patch import plan
+from gpuboot.k8s.patch import append_action, plan
 from gpuboot.results import NodeReport, RunReport
 
 __all__ = ["TIMEOUT", "Api", "GateAction", "apply_gate", "apply_target", "connect", "describe"]
@@ -193,6 +193,16 @@ def _ownership(
     return target
 
 
+def record_take_out(target: Target, node: dict[str, Any], *, now: float) -> None:
+    """The take-out goes in the node's bounded actions annotation: the disruption window
+    still counts it after the node is released."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    why = next((m for s, _r, m in target.conditions.values() if s == "False" and m), "")
+    target.annotations[L.ANNOTATION_ACTIONS] = append_action(
+        annotations, TAKE_OUT_STEP, why or target.verdict, now
+    )
+
+
 def _stopped(action: GateAction, why: str) -> GateAction:
     action.error = f"not gated: {why}; nothing changed on this node, run the gate again"
     return action
@@ -277,6 +287,8 @@ def apply_gate(
         if _takes_out(owned) and not budget.is_out(action.node):
             # the breaker's hold first: a held node must not use up the budget
             owned.held = action.held = held_by.get(node.host) or budget.admit(action.node)
+            if not owned.held:
+                record_take_out(owned, live[action.node], now=unix)
         targets[node.host] = owned
     stopped = None
     for host, action in actions.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -162,6 +163,25 @@ def test_the_census_counts_each_node_once_and_rebuilds_the_window_from_the_nodes
 
     assert seen.unavailable == {"a": "cordoned", "b": "gpuboot", "c": "gpuboot"}
     assert seen.recent_takeouts == [("b", NOW - 100), ("e", NOW + 30)]
+
+
+def test_a_take_out_the_node_was_released_from_still_counts_once_in_its_window():
+    released = node("a")
+    released["metadata"]["annotations"][L.ANNOTATION_ACTIONS] = json.dumps(
+        [
+            {"at": int(NOW - 900), "step": "take-out", "result": "failed: XID-001"},
+            {"at": int(NOW - 200), "step": "take-out", "result": "failed: XID-001"},
+            {"at": int(NOW - 100), "step": "reboot", "result": "passed"},
+            {"at": int(NOW - 50), "step": "take-out", "result": "failed: XID-001"},
+        ]
+    )
+    mangled = node("b")
+    mangled["metadata"]["annotations"][L.ANNOTATION_ACTIONS] = "{not json"
+
+    seen = census([released, mangled], now=NOW, window_s=600)
+
+    assert seen.unavailable == {}
+    assert seen.recent_takeouts == [("a", NOW - 50)]
 
 
 # ------------------------------------------------------------------ admission

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ CERTIFIED, STACK = "gpuboot.io/certified", "gpuboot.io/stack"
 SHA, EXPIRY = "gpuboot.io/cert-sha256", "gpuboot.io/cert-expiry"
 FAILED, CORDONED_BY = "gpuboot.io/failed-rules", "gpuboot.io/cordoned-by"
 STATE, TAKEN_OUT_AT, REASON = "gpuboot.io/state", "gpuboot.io/taken-out-at", "gpuboot.io/reason"
+ACTIONS = "gpuboot.io/actions"
 LIST = ("GET", "/api/v1/nodes")  # the disruption gate counts from one list, first
 
 
@@ -206,7 +208,14 @@ def test_fail_takes_the_node_out_with_gpuboots_taint_not_a_cordon(
                 SHA: None,
                 STATE: "taken-out",
             },
-            "annotations": {TAKEN_OUT_AT: str(int(NOW.timestamp())), REASON: why},
+            "annotations": {
+                TAKEN_OUT_AT: str(int(NOW.timestamp())),
+                REASON: why,
+                ACTIONS: json.dumps(
+                    [{"at": int(NOW.timestamp()), "step": "take-out", "result": why}],
+                    separators=(",", ":"),
+                ),
+            },
             "resourceVersion": "100",
         },
         "spec": {"taints": [GPU_OP, UNCERT]},  # no cordon: nothing evicts its pods
@@ -577,6 +586,23 @@ def test_a_restart_after_four_take_outs_still_refuses_the_fifth_and_sixth(
     later = scan_gate(kubeconfig, scan(*[f"n{i:02d}" for i in range(6)]), T0 + 601, limits=limits)
     assert [a.held for a in later] == [None] * 6
     assert UNCERT in apiserver.nodes["n05"]["spec"]["taints"]
+
+
+def test_a_take_out_still_counts_in_its_window_once_the_node_is_back(
+    apiserver: FakeApiServer, kubeconfig: str, reports: Reports
+):
+    for name in ("gpu-a01", *[f"n{i:02d}" for i in range(19)]):
+        apiserver.add(node(name))
+    limits = Limits(max_new="1")
+    scan_gate(kubeconfig, scan("gpu-a01"), T0, limits=limits)
+    assert apiserver.nodes["gpu-a01"]["spec"]["taints"] == [UNCERT]
+    passed, certs = gate_args(reports.make({"gpu-a01": "PASS"}))
+    apply_gate(passed, certificates=certs, kubeconfig=kubeconfig, now=NOW, limits=limits)
+    assert apiserver.nodes["gpu-a01"]["spec"]["taints"] == []  # back in service
+
+    [held] = scan_gate(kubeconfig, scan("n00"), T0 + 60, limits=limits)
+
+    assert "gpuboot took out 1 of 20 nodes in the last 600 s" in (held.held or "")
 
 
 def test_four_domains_a_rolling_install_a_scan_and_a_foreign_cordon_never_two_of_a_domain_out(
