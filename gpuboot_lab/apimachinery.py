@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Strategic merge keys of the Node lists that have one (k8s.io/api core/v1 types.go
 # patchMergeKey); every other list is replaced whole.
 MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type"}
@@ -167,6 +168,23 @@ def invalid_labels(labels: dict[str, Any]) -> str | None:
             return f"metadata.labels: Invalid value: {key!r}: invalid label key"
         if not isinstance(value, str) or not _LABEL_VALUE.match(value):
             return f"metadata.labels: Invalid value: {value!r}: invalid label value"
+    return None
+
+
+def invalid_taints(taints: list[Any]) -> str | None:
+    """What the real server's Node validation refuses in spec.taints (422)."""
+    seen = set()
+    for i, taint in enumerate(taints):
+        key, effect = (taint or {}).get("key"), (taint or {}).get("effect")
+        if not isinstance(key, str) or not _LABEL_NAME.match(key.rpartition("/")[2]):
+            return f"spec.taints[{i}].key: Invalid value: {key!r}"
+        if effect not in TAINT_EFFECTS:
+            return f"spec.taints[{i}].effect: Unsupported value: {effect!r}"
+        if (key, effect) in seen:
+            return (
+                f"spec.taints[{i}]: Duplicate value: taints must be unique by key and effect pair"
+            )
+        seen.add((key, effect))
     return None
 
 

@@ -59,6 +59,7 @@ from gpuboot_lab.apimachinery import (
     conflict,
     field_matcher,
     invalid_labels,
+    invalid_taints,
     json_merge,
     label_matcher,
     microtime,
@@ -261,6 +262,9 @@ class FakeApiServer:
         self.namespaces: set[str] = set(NAMESPACES)
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
+        # the fake's own failures: a test fixture fails on any, so a bug here never passes
+        # for the API server failing
+        self.crashes: list[str] = []
         # name -> hook run just before a PATCH of that node is applied (e.g. a concurrent
         # writer that changes the node between the gate's GET and PATCH)
         self.before_patch: dict[str, Callable[[dict[str, Any]], None]] = {}
@@ -484,6 +488,9 @@ class FakeApiServer:
                 raise ApiError(404, f"the server could not find the requested resource {req.path}")
             except ApiError as exc:
                 return exc.code, status_doc(exc.code, exc.reason, str(exc))
+            except Exception as exc:  # a bug of the fake: answered 500, kept for the test
+                self.crashes.append(f"{req.method} {req.path}: {exc!r}")
+                return 500, status_doc(500, "InternalError", f"fake API server bug: {exc!r}")
 
     def _fault(self, req: Request) -> Fault | None:
         now = self.clock()
@@ -590,7 +597,9 @@ class FakeApiServer:
         else:  # and the main resource never changes status
             merged["status"] = copy.deepcopy(stored.get("status", {}))
         merged["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
-        if problem := invalid_labels(merged["metadata"].get("labels") or {}):
+        if problem := invalid_labels(merged["metadata"].get("labels") or {}) or invalid_taints(
+            (merged.get("spec") or {}).get("taints") or []
+        ):
             raise ApiError(422, f'Node "{name}" is invalid: {problem}')
         if "unschedulable" in merged.get("spec", {}) and not merged["spec"]["unschedulable"]:
             del merged["spec"]["unschedulable"]  # omitempty, as the real server stores it

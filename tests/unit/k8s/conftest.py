@@ -30,6 +30,7 @@ def apiserver() -> Iterator[FakeApiServer]:
         yield server
     finally:
         server.stop()
+    assert not server.crashes, f"the fake API server itself failed: {server.crashes}"
 
 
 @pytest.fixture

@@ -110,6 +110,33 @@ def test_conditions_merge_by_type_under_strategic_merge_and_are_replaced_by_a_me
     assert apiserver.nodes["gpu-a01"]["status"]["conditions"] == [cond]
 
 
+@pytest.mark.parametrize(
+    "taints",
+    [
+        [{"key": "a", "effect": "NoSchedule"}, {"key": "a", "value": "x", "effect": "NoSchedule"}],
+        [{"key": "a", "effect": "Sometimes"}],
+        [{"key": "bad key!", "effect": "NoSchedule"}],
+    ],
+)
+def test_taints_the_real_server_refuses_are_a_422(apiserver, core, taints):
+    apiserver.add(node("gpu-a01"))
+
+    with pytest.raises(ApiException) as err:
+        core.patch_node("gpu-a01", {"spec": {"taints": taints}})
+
+    assert err.value.status == 422 and apiserver.nodes["gpu-a01"]["spec"]["taints"] == []
+
+
+def test_a_bug_of_the_fake_is_a_500_and_recorded_never_an_api_outage(apiserver, core):
+    apiserver.before_request = lambda req: 1 / 0
+
+    with pytest.raises(ApiException) as err:
+        core.list_node()
+
+    assert err.value.status == 500 and "ZeroDivisionError" in apiserver.crashes[0]
+    apiserver.crashes.clear()  # seen: the fixture would fail the test on it otherwise
+
+
 def test_list_nodes_honours_the_label_selector(apiserver, core):
     apiserver.add(node("a", labels={"pool": "h100", "rack": "r1"}))
     apiserver.add(node("b", labels={"pool": "h100", "rack": "r2"}))
