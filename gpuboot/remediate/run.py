@@ -126,9 +126,9 @@ def run_ladder(
         if fault is None:
             continue
         name = names.get(node.host, node.host)
-        facts, past = _standing(api, name, node, records, cooldown_s)
+        facts, past, member = _standing(api, name, node, records, cooldown_s)
         cl = None
-        if api is not None and kubeconfig:
+        if api is not None and kubeconfig and member:
             cl = Cluster(api, limits, kubeconfig, context, sign_key, allow_partial)
         if dry_run:
             do: Callable[[str], tuple[str, str]] = _would
@@ -178,15 +178,16 @@ def _would(_step: str) -> tuple[str, str]:
 
 def _standing(
     api: Any, name: str, node: NodeReport, records: list[dict[str, Any]], cooldown_s: int
-) -> tuple[LD.Facts, list[LD.Past]]:
-    """The node's facts and past steps: the history file's, and the node's own annotation
-    and labels on a cluster (an unreadable node: nothing is done to it)."""
+) -> tuple[LD.Facts, list[LD.Past], bool]:
+    """The node's facts, past steps (the history file's, and on a cluster the node's own
+    annotation) and whether the cluster has it: a host the cluster does not know is
+    remediated as one outside Kubernetes; a node that cannot be read gets nothing."""
     past = record.past_of(node.host, records)
     quarantined = any(
         p.step == LD.QUARANTINE and p.result == LD.DONE for p in LD.since_release(past)
     )
     if api is None:
-        return LD.Facts(quarantined=quarantined), past
+        return LD.Facts(quarantined=quarantined), past, False
     from gpuboot.k8s import labels as L
     from gpuboot.k8s import ownership
     from gpuboot.k8s.client import describe
@@ -194,7 +195,9 @@ def _standing(
     try:
         k8s_node = cluster.read_node(api, name)
     except (api.api_error, *api.transport_errors, ValueError) as exc:
-        return LD.Facts(unreadable=describe(exc, api)), past
+        if getattr(exc, "status", None) == 404:
+            return LD.Facts(quarantined=quarantined), past, False
+        return LD.Facts(unreadable=describe(exc, api)), past, True
     labels = cluster.meta(k8s_node, "labels")
     facts = LD.Facts(
         quarantined=quarantined
@@ -203,7 +206,7 @@ def _standing(
         foreign=ownership.foreign_marker(k8s_node),
         cancelled=None if critical(node) else _cancel(k8s_node, cooldown_s),
     )
-    return facts, record.merged(past, record.past_of_node(k8s_node))
+    return facts, record.merged(past, record.past_of_node(k8s_node)), True
 
 
 def _cancel(k8s_node: dict[str, Any], cooldown_s: int) -> str | None:

@@ -215,6 +215,26 @@ def test_another_remediators_lease_holds_the_step_back(steps, api, tmp_path):
     assert steps["reboots"] == []
 
 
+def test_a_host_the_cluster_does_not_know_is_remediated_outside_it(steps, api, tmp_path):
+    api.add(node("n2"))
+    steps["verdicts"] = ["PASS"]
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    assert [(s.step, s.result) for s in out.nodes[0].climb.steps] == [("reboot", "passed")]
+    assert api.calls("PATCH") == [] and steps["reboots"] == ["n1"]
+
+
+def test_an_unreadable_node_gets_nothing(steps, api, tmp_path):
+    api.add(node("n1"))
+    api.inject(500, path="/api/v1/nodes/n1$", method="GET")
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), kubeconfig=api.kubeconfig
+    )
+    assert out.nodes[0].climb.skipped.startswith("cannot read the node: API error 500")
+    assert steps["reboots"] == []
+
+
 def test_another_tools_node_is_skipped(steps, api, tmp_path):
     api.add(node("n1", labels={L.LABEL_MANAGED: "false"}))
     out = R.run_ladder(
