@@ -260,6 +260,6 @@ def gate_text(actions) -> str:
     text = ""
     for a in actions:
         missing = "not in the cluster" if a.missing else None
-        what = a.error or missing or "; ".join(a.changes) or "no change"
+        what = a.error or missing or a.held or "; ".join(a.changes) or "no change"
         text += f"\nk8s {a.node}: {what}"
     return text
