@@ -443,7 +443,12 @@ class FakeApiServer:
         ]
 
     def status_patches(self, name: str) -> list[Request]:
-        return [r for r in self.requests if r.path == f"/api/v1/nodes/{name}/status"]
+        """PATCHes of the node's status subresource."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "PATCH" and r.path == f"/api/v1/nodes/{name}/status"
+        ]
 
     def evictions(self) -> list[str]:
         """namespace/name of every eviction asked for, in order."""
