@@ -29,6 +29,7 @@ from gpuboot.k8s.budget import DisruptionGate, Limits
 from gpuboot.k8s.client import TIMEOUT, Api, connect, describe, list_nodes
 from gpuboot.k8s.decision import Target
 from gpuboot.k8s.gate import GateAction, apply_target, record_take_out
+from gpuboot.k8s.ownership import foreign_marker
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -145,6 +146,9 @@ def drain(
             continue
         if stopped:
             result.error = f"not cordoned: the API server failed earlier in this run ({stopped})"
+            continue
+        if marker := foreign_marker(known[result.node]):
+            result.held = f"left alone: {marker}"  # and no place in the budget taken
             continue
         out = budget.is_out(result.node)
         if why := budget.admit(result.node):

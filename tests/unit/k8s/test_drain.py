@@ -217,12 +217,17 @@ def test_a_node_another_remediator_owns_is_not_drained(
     apiserver: FakeApiServer, kubeconfig: str, fake_time: FakeTime
 ):
     apiserver.add(node("gpu-a01", labels={"gpuboot.io/managed": "false"}))
+    apiserver.add(node("gpu-a02"))
     apiserver.add_pod(pod("web-1", "gpu-a01"))
+    limits = Limits(max_unavailable="1", max_new="100%")
 
-    result = run(kubeconfig, ["gpu-a01"], fake_time)["gpu-a01"]
+    results = run(kubeconfig, ["gpu-a01", "gpu-a02"], fake_time, limits=limits)
 
-    assert (result.held or "").startswith("left alone: ") and "gpuboot.io/managed" in result.held
-    assert apiserver.patches() == [] and apiserver.evictions() == []
+    owned = results["gpu-a01"].held or ""
+    assert owned.startswith("left alone: ") and "gpuboot.io/managed" in owned
+    assert results["gpu-a02"].held is None  # the node left alone took no place in the budget
+    assert [c for c in apiserver.calls() if c[0] == "PATCH"] == [("PATCH", "/api/v1/nodes/gpu-a02")]
+    assert apiserver.evictions() == []
 
 
 def test_an_api_server_failing_before_the_list_touches_nothing(
