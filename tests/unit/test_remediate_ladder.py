@@ -14,6 +14,7 @@ XID79 = LD.Fault(key="xid:79@0000:3b:00", rules=("XID-001",), bucket="RESTART_BM
 XID48 = LD.Fault(
     key="xid:48@0000:3b:00", rules=("XID-001",), bucket="RESET_GPU", gpus=("0000:3b:00.0",)
 )
+FREE = LD.Facts()  # nothing stands in the way
 DRIFT = LD.Fault(key="rules:STK-002", rules=("STK-002",), drifted=True)
 
 
@@ -29,7 +30,7 @@ class Node:
         return self.results.get(step, LD.FAILED), f"{step} done"
 
 
-def climb(fault, past=(), facts=LD.Facts(), **results):
+def climb(fault, past=(), facts=FREE, **results):
     node = Node(**results)
     out = LD.climb(facts, fault, list(past), NOW, node)
     return out, node.asked
@@ -62,7 +63,7 @@ def test_reset_only_when_the_catalogue_says_reset_and_a_gpu_is_named():
 
 def test_the_same_fault_back_after_a_step_moves_up_the_ladder():
     past = [LD.Past(NOW - DAY, "reboot", LD.PASSED, XID79.key)]
-    out, asked = climb(XID79, past, reinstall=LD.PASSED)
+    _out, asked = climb(XID79, past, reinstall=LD.PASSED)
     assert asked == ["reinstall"]
 
 
