@@ -7,8 +7,8 @@ After every gpuboot action:
 - gpuboot never takes a node out that puts the unavailable nodes (whoever made them so)
   above the limit, nor a second node of one failure domain out, nor more new take-outs in
   a window than allowed (a restart included: the window is read back from the nodes);
-- a node that recovered is released by the next certify (unless a human's cool-down...
-  which only ever keeps gpuboot's hands off, never a taint on);
+- a node that recovered is released by the next certify (a cancel's cool-down only ever
+  keeps gpuboot's hands off a node, never its taint on);
 - gpuboot never uncordons a node it did not cordon.
 """
 
