@@ -289,7 +289,6 @@ class BreakerState:
             "open": {rule: t.to_dict(self.path) for rule, t in sorted(doc["open"].items())},
         }
         out["closed"] = doc["closed"][-CLOSED_KEPT:]
-        paths.private_dir(self.path.parent)
         paths.write_private(self.path, json.dumps(out, indent=2) + "\n")
 
     @contextmanager
@@ -298,7 +297,8 @@ class BreakerState:
         state itself is renamed over: a lock on it would guard a file no longer there)."""
         from gpuboot import locks
 
-        paths.private_dir(self.path.parent)
+        if not self.path.parent.is_dir():  # an existing one (a history's) keeps its mode
+            paths.private_dir(self.path.parent)
         lock = self.path.with_name(self.path.name + ".lock")
         try:
             # held open for the whole block below, not a with: its own errors are not ours

@@ -255,3 +255,12 @@ def test_the_state_lives_beside_the_scan_history_it_judges(tmp_path, monkeypatch
     assert breaker.state_for(home / "scan-history.jsonl") == home / "breaker.json"
     other = tmp_path / "fleet-b" / "h.jsonl"
     assert breaker.state_for(other) == other.resolve().with_name("h.jsonl.breaker.json")
+
+
+def test_a_history_s_directory_keeps_its_mode(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    BreakerState(breaker.state_for(shared / "h.jsonl")).trip([_trip()])
+    assert os.stat(shared).st_mode & 0o777 == 0o755  # only the state file is private
+    assert os.stat(shared / "h.jsonl.breaker.json").st_mode & 0o777 == 0o600
