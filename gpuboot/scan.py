@@ -27,6 +27,7 @@ nothing new. 2 and 3 keep their meaning (bad input, the run broke).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -39,10 +40,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuboot import escalation, locks, paths
+from gpuboot.errors import BadInput
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
 from gpuboot.results import Drift, NodeReport, RunReport
 from gpuboot.verdict import BAD, Status
+from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
 
 HISTORY_NAME = "scan-history.jsonl"
 HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HOME)"
@@ -52,6 +55,11 @@ HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HO
 STATE, TREND = "state", "trend"
 TREND_SCANS_KEPT = 8760
 COMPACT_MIN_BYTES = 256 * 1024  # a smaller history is only appended to
+# A scan writes lines of a few KB and compaction keeps the file near twice its compacted
+# size: far past these, a line or a file is not a history a scan wrote. A line nested
+# deeper than yamlsafe.MAX_DEPTH is skipped like any other bad line.
+MAX_HISTORY_LINE = 16 * 1024 * 1024
+MAX_HISTORY_BYTES = 1024 * 1024 * 1024
 REJECTED_SUFFIX = ".rejected"
 # what drift, escalation and `gpuboot status` read of a node's last scan (its boot id,
 # faults and GPUs live on in the folded state; its figures in the trend's records)
@@ -231,8 +239,14 @@ class History:
         for number, raw in enumerate(data.split(b"\n"), start=1):
             if not raw.strip():
                 continue
+            if len(raw) > MAX_HISTORY_LINE:
+                warn(
+                    f"{name}:{number}: warning: longer than {MAX_HISTORY_LINE} bytes; line skipped"
+                )
+                hist.rejected.append(raw)
+                continue
             try:
-                rec = json.loads(raw.decode("utf-8"))
+                rec = loads_json_bounded(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 warn(f"{name}:{number}: warning: not UTF-8 (byte {exc.start}); line skipped")
                 hist.rejected.append(raw)
@@ -270,14 +284,25 @@ class History:
 
 
 def load_history(history: Path, warn: Callable[[str], None] = lambda _m: None) -> History:
-    """The history as it is on disk (an empty one if there is none yet)."""
-    if not history.is_file():
+    """The history as it is on disk (an empty one if there is none yet); one that is not
+    a regular file (a FIFO, a device, a link) or past MAX_HISTORY_BYTES is BadInput."""
+    if not os.path.lexists(history):
         return History()
-    try:
-        data = history.read_bytes()
-    except OSError as exc:
-        raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
+    data = read_capped_bytes(history, MAX_HISTORY_BYTES, "scan history", hint=HISTORY_HINT)
     return History.parse(data, history, warn)
+
+
+def _read_open_history(fh: IO[bytes], history: Path) -> bytes:
+    """The whole of the open history, refused past MAX_HISTORY_BYTES."""
+    fh.seek(0)
+    data = fh.read(MAX_HISTORY_BYTES + 1)
+    if len(data) > MAX_HISTORY_BYTES:
+        raise BadInput(
+            f"is larger than {MAX_HISTORY_BYTES} bytes (the cap): not a history scans wrote",
+            where=f"scan history {history}",
+            hint=HISTORY_HINT,
+        )
+    return data
 
 
 @dataclass(frozen=True)
@@ -385,8 +410,7 @@ def compact_history(history: Path, *, warn: Callable[[str], None] = lambda _m: N
         _open_history(history) as first,
         locks.exclusive_current(first, history, lambda: _open_history(history)) as fh,
     ):
-        fh.seek(0)
-        hist = History.parse(fh.read(), history, warn)
+        hist = History.parse(_read_open_history(fh, history), history, warn)
         _compact(history, hist, warn)
 
 
@@ -435,13 +459,24 @@ def _append(fh: IO[bytes], lines: list[bytes]) -> None:
 
 
 def _open_history(history: Path) -> IO[bytes]:
-    """The history, opened for reading and appending (created, private, if missing)."""
+    """The history, opened for reading and appending (created, private, if missing): a
+    regular file named itself (a FIFO or a device would be read without end, a link
+    replaced by compaction), else BadInput."""
+    where = f"scan history {history}"
     try:
         history.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(history, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        return os.fdopen(fd, "a+b")
+        # O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(history, flags, 0o600)
     except OSError as exc:
-        raise paths.fs_error(exc, f"scan history {history}", hint=HISTORY_HINT) from exc
+        if exc.errno == errno.ELOOP:
+            raise BadInput("is a symbolic link", where=where, hint=HISTORY_HINT) from None
+        raise paths.fs_error(exc, where, hint=HISTORY_HINT) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput("is not a regular file", where=where, hint=HISTORY_HINT)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a+b")
 
 
 def append_history(history: Path, records: list[dict[str, Any]]) -> None:
@@ -510,8 +545,8 @@ def scan(
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         bundle = report.bundle
         with locks.exclusive_current(first, history, lambda: _open_history(history)) as fh:
-            fh.seek(0)
-            hist = History.parse(fh.read(), history, progress)  # the one read of this scan
+            # the one read of this scan
+            hist = History.parse(_read_open_history(fh, history), history, progress)
             before = hist.nodes
             records, nodes = [], []
             for judged in report.nodes:

@@ -387,3 +387,79 @@ def test_concurrent_compacting_scans_each_see_the_one_before(tmp_path):
     (last,) = set(seen) - set(cleared)
     assert sorted(cleared) == sorted(set(seen) - {last})
     assert scan.read_history(history)["n1"].known == {last: "FAIL"}
+
+
+# ---------------------------------------------------------------- bounded reads
+def _nested(depth: int) -> bytes:
+    """A scan record whose 'faults' nest ``depth`` lists deep."""
+    inner = "[" * depth + "]" * depth
+    return (
+        f'{{"host": "node0", "time": "{_stamp(99)}", "failing": {{}}, "faults": {inner}}}'.encode()
+    )
+
+
+@pytest.mark.parametrize("depth", [200, 100_000], ids=["deep", "past-the-decoder"])
+def test_a_deeply_nested_line_is_skipped_with_a_warning_by_scan_status_and_trend(
+    tmp_path, monkeypatch, depth
+):
+    history = tmp_path / "scan-history.jsonl"
+    write_history(history, 3, 2)
+    with open(history, "ab") as fh:
+        fh.write(_nested(depth) + b"\n")
+    line = len(history.read_bytes().splitlines())
+    warned: list[str] = []
+    assert set(scan.read_history(history, warn=warned.append)) == {"node0", "node1"}
+    assert status.fleet_status(history=history, now=NOW, warn=warned.append)["nodes"]
+    records = scan.history_records(history, warn=warned.append)
+    assert "4 scans" not in trend.render(records, now=NOW)  # the nested one is no point
+    monkeypatch.setattr(certify, "certify", _fake_certify(["node0", "node1"]))
+    assert scan.scan(str(tmp_path / "inv.yml"), history=history, progress=warned.append)
+    assert warned and all(f"{history}:{line}: warning" in w for w in warned), warned
+    assert all("nests deeper than" in w for w in warned), warned
+
+
+def test_an_overlong_line_is_skipped_unparsed(tmp_path):
+    history = tmp_path / "scan-history.jsonl"
+    write_history(history, 2, 1)
+    pad = "x" * (16 * 1024 * 1024)  # a well-formed record past the line cap
+    rec = {"host": "node0", "time": _stamp(9), "failing": {"NVL-001": "FAIL"}, "pad": pad}
+    with open(history, "ab") as fh:
+        fh.write(json.dumps(rec).encode() + b"\n")
+    warned: list[str] = []
+    nodes = scan.read_history(history, warn=warned.append)
+    assert nodes["node0"].last["time"] == _stamp(1)
+    assert len(warned) == 1 and "longer than 16777216 bytes" in warned[0], warned
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    if kind == "FIFO":
+        os.mkfifo(tmp_path / "fifo")
+        return tmp_path / "fifo"
+    if kind == "device":
+        return Path("/dev/zero")
+    (tmp_path / "real.jsonl").write_bytes(b"")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
+    return tmp_path / "link.jsonl"
+
+
+READERS = {
+    "scan": lambda h, inv: scan.scan(inv, history=h),
+    "status": lambda h, _inv: status.fleet_status(history=h, now=NOW),
+    "trend": lambda h, _inv: scan.history_records(h),
+    "compact": lambda h, _inv: scan.compact_history(h),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+@pytest.mark.parametrize("kind", ["FIFO", "device", "link"])
+def test_history_naming_a_fifo_device_or_link_is_refused_exit_2(
+    tmp_path, monkeypatch, reader, kind
+):
+    from gpuboot.errors import BadInput
+
+    monkeypatch.setattr(certify, "certify", _fake_certify(["node0"]))
+    history = _special(tmp_path, kind)
+    with pytest.raises(BadInput) as caught:
+        READERS[reader](history, str(tmp_path / "inv.yml"))
+    assert caught.value.exit_code == 2
+    assert str(history) in (caught.value.where or ""), caught.value
