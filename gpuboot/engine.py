@@ -5,13 +5,23 @@ phase -> the bundle -> the rules -> a typed report.
 One broken node never stops the others: whatever keeps a node from being judged (ssh
 failed, a hostile answer, its deadline passed, its evidence could not be kept) makes
 that node ERROR with one short reason, and the others are judged as usual.
+
+Every phase that waits on a node or its data has a controller-side deadline, per host
+(inventory variables, seconds): collection (``gpuboot_collect_timeout``, default its
+probes' timeouts end to end + 60 s), each side of a pair probe (``gpuboot_pair_timeout``,
+default 120 s) and judging (``gpuboot_judge_timeout``, default 120 s: each node's rules
+run in a worker process that is ended at its deadline).
 """
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +33,23 @@ from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
 from gpuboot.errors import GpubootError, RunError
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
-from gpuboot.node_collect import HostUnreachable, NodeEvidence, collect_node
+from gpuboot.node_collect import (
+    HostUnreachable,
+    NodeEvidence,
+    check_deadlines,
+    collect_node,
+    host_deadline,
+)
+from gpuboot.probes.pairs import PAIR_DEADLINE_S
 from gpuboot.progress import phases, sort_hosts
+from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.results import NodeReport, RunReport
 from gpuboot.runner import failure_reason
 
 MAX_PARALLEL = 32
+# A node's rules take well under a second; a hostile answer (a parser's worst case on
+# 256 MiB) must not hold every other node's verdict.
+JUDGE_DEADLINE_S = 120
 UNJUDGED_ACTION = "fix the harness or reach the node, then certify again"
 
 # (inventory host, its checked variables) -> an object with testinfra's run(command)
@@ -68,10 +89,12 @@ def _parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     return results
 
 
-def _pair_runner(hosts: Mapping[str, Any]):
+def _pair_runner(hosts: Mapping[str, Any], deadlines: Mapping[str, float]):
     def run(name: str, command: str) -> ProbeOutput:
         try:
-            out = hosts[name].run(command)
+            out = run_with_deadline(hosts[name], command, deadlines[name], "pair probe")
+        except RemoteTimeout:  # the pair phase makes that side ERROR, naming the deadline
+            raise
         except Exception as exc:  # an SSH failure is the pair's failure, not the run's
             return ProbeOutput("", str(exc), 255)
         return ProbeOutput(out.stdout, out.stderr, out.rc)
@@ -105,7 +128,10 @@ def collect_nodes(
     store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
     ok = {n: e.entry() for n, e in store.items() if isinstance(e, NodeEvidence)}
     steps.phase(f"pair probes among {len(ok)} node(s)")
-    run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}))
+    deadlines = {
+        n: host_deadline(targets[n][1], "gpuboot_pair_timeout", PAIR_DEADLINE_S) for n in ok
+    }
+    run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}, deadlines))
     return store
 
 
@@ -132,6 +158,90 @@ def judge(name: str, outcome: Outcome) -> NodeReport:
     return node_report(name, rules.evaluate(outcome.evidence, ctx))
 
 
+class JudgingTimeout(GpubootError):
+    """A node's rules did not finish within its judging deadline: ERROR for that node."""
+
+
+def judge_within_deadlines(
+    jobs: Mapping[str, Callable[[], NodeReport]],
+    deadline_of: Callable[[str], float],
+    late: Callable[[str, GpubootError], NodeReport],
+    done: Callable[[str], None] = lambda _name: None,
+) -> dict[str, NodeReport]:
+    """Each job's report, each job in a forked worker process on every core (a fork: the
+    node's evidence is inherited, not copied). A job past its deadline is ended and
+    ``late`` gives its report; a worker that dies without one is reported the same way."""
+    ctx = multiprocessing.get_context("fork")
+    workers = max(1, min(len(os.sched_getaffinity(0)), 8))
+    queue = list(jobs)
+    running: dict[Connection, tuple[str, Any, float]] = {}  # -> (name, process, ends)
+    reports: dict[str, NodeReport] = {}
+
+    def finish(name: str, report: NodeReport) -> None:
+        reports[name] = report
+        done(name)
+
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                name = queue.pop(0)
+                ours, theirs = ctx.Pipe(duplex=False)
+                worker = ctx.Process(target=_judge_worker, args=(jobs[name], theirs), daemon=True)
+                worker.start()
+                theirs.close()
+                running[ours] = (name, worker, time.monotonic() + deadline_of(name))
+            soonest = min(ends for _n, _w, ends in running.values())
+            for conn in wait(list(running), timeout=max(0.0, soonest - time.monotonic())):
+                name, worker, _ends = running.pop(conn)
+                try:
+                    kind, value = conn.recv()
+                except EOFError:  # killed (out of memory?) before it answered
+                    kind, value = "died", f"exit {worker.exitcode}"
+                conn.close()
+                worker.join()
+                if kind == "error":
+                    raise value
+                if kind == "died":
+                    value = late(name, JudgingTimeout(f"judging ended without a verdict: {value}"))
+                finish(name, value)
+            now = time.monotonic()
+            for conn, (name, worker, ends) in list(running.items()):
+                if now >= ends:
+                    _end(worker)
+                    conn.close()
+                    del running[conn]
+                    seconds = deadline_of(name)
+                    why = (
+                        f"judging did not finish within {seconds:g}s (the controller's deadline"
+                        " for judging one node, gpuboot_judge_timeout); its worker was ended"
+                    )
+                    finish(name, late(name, JudgingTimeout(why)))
+    finally:  # an error or Ctrl-C: no worker outlives the run
+        for conn, (_name, worker, _ends) in running.items():
+            _end(worker)
+            conn.close()
+    return reports
+
+
+def _judge_worker(job: Callable[[], NodeReport], conn: Connection) -> None:
+    try:
+        conn.send(("ok", job()))
+    except KeyboardInterrupt:  # the controller ends the run: nothing to say
+        pass
+    except Exception as exc:  # a bug in a rule: the controller reports it as before
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an exception that cannot cross processes: its text can
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+def _end(worker: Any) -> None:
+    worker.kill()
+    worker.join()
+
+
 def run(
     inventory: str | Path | Inventory,
     *,
@@ -148,6 +258,8 @@ def run(
 
     inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
+    for name in hosts:
+        check_deadlines(name, inv.resolved(name))
     if transport is None:
         from gpuboot.transport import connector
 
@@ -177,11 +289,15 @@ def run(
     keep_bundle(bundle, store)
     steps = phases(progress)
     steps.phase("judging", list(store))
-    judged: list[NodeReport] = []
-    for name in sort_hosts(store):
-        judged.append(judge(name, store[name]))
-        steps.finished_host(name)
-    nodes = tuple(judged)
+    judged = judge_within_deadlines(
+        {name: functools.partial(judge, name, store[name]) for name in store},
+        lambda name: host_deadline(
+            targets[name][1] if name in targets else {}, "gpuboot_judge_timeout", JUDGE_DEADLINE_S
+        ),
+        unjudged,
+        steps.finished_host,
+    )
+    nodes = tuple(judged[name] for name in sort_hosts(store))
     if not nodes:
         raise RunError("nothing could be judged", where=str(run_dir), hint="read the run dir")
     write_manifest(bundle, run_id, {n.host: n.verdict for n in nodes})

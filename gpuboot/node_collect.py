@@ -16,7 +16,7 @@ from gpuboot.bundle import names
 from gpuboot.bundle.meta import node_meta
 from gpuboot.bundle.model import Evidence
 from gpuboot.collect import NodeAnswerRejected, script, state_probes, unpack
-from gpuboot.errors import GpubootError
+from gpuboot.errors import BadInput, GpubootError
 from gpuboot.evidence import packages
 from gpuboot.probes import Probe, node_probes, resolve_level
 from gpuboot.profiles import load_profile
@@ -83,13 +83,39 @@ def boot_id_probe(hostvars: dict[str, Any]) -> Probe:
     return Probe(names.BOOT_ID_FILE, command, timeout=30)
 
 
+# The controller's deadlines a host may set for itself (inventory variables, seconds):
+# checked before any host is touched (check_deadlines).
+DEADLINE_VARS = ("gpuboot_collect_timeout", "gpuboot_pair_timeout", "gpuboot_judge_timeout")
+
+
+def host_deadline(hostvars: dict, var: str, default: float) -> float:
+    """The host's own ``var`` (seconds), else ``default`` (also for a value check_deadlines
+    refuses: the pytest-testinfra path reads hosts no engine checked)."""
+    own = hostvars.get(var)
+    return float(own) if _valid_deadline(own) else default
+
+
+def _valid_deadline(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 86400
+
+
+def check_deadlines(host: str, hostvars: dict) -> None:
+    """BadInput naming the host and variable for a deadline that is not a positive number."""
+    for var in DEADLINE_VARS:
+        own = hostvars.get(var)
+        if own is not None and not _valid_deadline(own):
+            raise BadInput(
+                f"{var} is {own!r}: a deadline is a number of seconds, above 0 and at most 86400",
+                where=f"{host}: {var}",
+                hint=f"set {var}: 600 for {host} in the inventory, or remove it for the default",
+            )
+
+
 def collect_deadline(hostvars: dict, probes: Sequence[Probe]) -> float:
     """Seconds a node's collection may take: its probes' timeouts end to end plus a
     margin, or the host's ``gpuboot_collect_timeout``."""
-    own = hostvars.get("gpuboot_collect_timeout")
-    if isinstance(own, int | float) and not isinstance(own, bool) and own > 0:
-        return float(own)
-    return float(sum(p.timeout for p in probes) + COLLECT_MARGIN_S)
+    default = float(sum(p.timeout for p in probes) + COLLECT_MARGIN_S)
+    return host_deadline(hostvars, "gpuboot_collect_timeout", default)
 
 
 def collect_node(

@@ -6,6 +6,10 @@ nodes is bad: both are re-tested, each with a known-good partner (``attribute``)
 the fault is pinned on the one that stays slow; the other is cleared, saying why. With no
 known-good partner the fault cannot be pinned: both nodes get ERROR, neither is called
 faulty nor certified.
+
+A side that gives no answer within the controller's deadline (the runner raises
+RemoteTimeout: a tool stuck in the kernel, a hostile node) is ERROR for the pair phase,
+named with its deadline, and is not tried again: a re-test would only wait as long again.
 """
 
 from __future__ import annotations
@@ -21,9 +25,15 @@ from gpuboot.bundle.names import ib_write_bw_file, tcp_bw_file
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.probes import tcpbw
+from gpuboot.remote import RemoteTimeout
 
-Runner = Callable[[str, str], ProbeOutput]  # (host, shell command) -> output
+# (host, shell command) -> output. Returns, or raises RemoteTimeout, within the host's
+# deadline for a pair probe: the phase waits on it.
+Runner = Callable[[str, str], ProbeOutput]
 SERVER_HEAD_START_S = 0.5
+# A side's deadline, kept by the controller: the tools' own `timeout 60` on the node, ssh
+# set-up and margin. A host's `gpuboot_pair_timeout` overrides it.
+PAIR_DEADLINE_S = 120
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class PairRun:
     value: float | None
     reason: str
     outputs: dict[str, tuple[str, ProbeOutput]] = field(default_factory=dict)  # host -> file
+    late: tuple[str, ...] = ()  # hosts that gave no answer within their deadline
 
 
 def ib_spec(hca: str, seconds: int = 2) -> PairSpec:
@@ -105,15 +116,21 @@ def run_pair(
     fail_below: float,
     suffix: str = "",
 ) -> PairRun:
-    box: dict[str, ProbeOutput] = {}
-    t = threading.Thread(target=lambda: box.setdefault("s", run(server, spec.server_cmd)))
+    box: dict[str, tuple[ProbeOutput, bool]] = {}
+    t = threading.Thread(target=lambda: box.setdefault("s", _side(run, server, spec.server_cmd)))
     t.start()
     time.sleep(SERVER_HEAD_START_S)
-    cli = run(client, spec.client_cmd(addresses.get(server, server)))
-    t.join(timeout=90)
-    srv = box.get("s", ProbeOutput("", "server side did not finish", 124))
+    cli, cli_late = _side(run, client, spec.client_cmd(addresses.get(server, server)))
+    t.join()  # the runner returns within the server's deadline
+    srv, srv_late = box["s"]
     name = lambda peer: spec.file(peer).replace(".txt", f"{suffix}.txt")  # noqa: E731
     outputs = {server: (name(client), srv), client: (name(server), cli)}
+    late = tuple(h for h, was in ((server, srv_late), (client, cli_late)) if was)
+    if late:
+        side, out = (server, srv) if srv_late else (client, cli)
+        return PairRun(
+            spec.kind, server, client, False, None, f"{side}: {out.stderr}", outputs, late
+        )
     if srv.rc != 0 or cli.rc != 0:
         side, out = (server, srv) if srv.rc != 0 else (client, cli)
         text = (out.stderr.strip() or out.stdout.strip() or f"exit {out.rc}").splitlines()[-1]
@@ -125,6 +142,18 @@ def run_pair(
     ok = value >= fail_below
     why = "ok" if ok else f"{value:g} below the fail threshold {fail_below:g}"
     return PairRun(spec.kind, server, client, ok, value, why, outputs)
+
+
+def _side(run: Runner, host: str, command: str) -> tuple[ProbeOutput, bool]:
+    """One side's output, and whether it passed its deadline (the output then says so)."""
+    try:
+        return run(host, command), False
+    except RemoteTimeout as exc:
+        return ProbeOutput("", exc.message, 124), True
+
+
+def _late_reason(r: PairRun, host: str) -> str:
+    return f"{r.kind} {r.server}->{r.client}: {host}: {r.outputs[host][1].stderr}"
 
 
 def _candidates(h: str, pair: set[str], good: set[str]) -> list[str]:
@@ -144,8 +173,14 @@ def attribute(
     pair's, a different one for each member where the run has two. The member that stays
     slow is pinned; the member that is fine with its known-good partner is cleared, and its
     verdict says which pair failed and which re-test cleared it. With no known-good partner
-    the same pair is tried once more; failing again, nobody can be blamed (unattributed)."""
-    good = {h for r in runs if r.ok for h in (r.server, r.client)}
+    the same pair is tried once more; failing again, nobody can be blamed (unattributed).
+    A host past its deadline in any run is unattributed (ERROR), saying so, never re-tested
+    nor used as a known-good partner."""
+    late: dict[str, list[str]] = {}
+    for r in runs:
+        for h in r.late:
+            late.setdefault(h, []).append(_late_reason(r, h))
+    good = {h for r in runs if r.ok for h in (r.server, r.client)} - set(late)
     bad_with: dict[str, set[str]] = {}
     for r in runs:
         if not r.ok:
@@ -177,6 +212,8 @@ def attribute(
         used: set[str] = set()
         # the member with fewer fresh partners chooses first: each gets its own
         for h, other in sorted(members, key=lambda m: (len(fresh[m[0]]), len(cands[m[0]]))):
+            if h in late:  # its own deadline decides its verdict
+                continue
             if h in pinned:  # already slow with a known-good partner: nothing more to learn
                 continue
             if h in cleared:  # already fine with a known-good partner: the other one is slow
@@ -188,6 +225,11 @@ def attribute(
             g = min(
                 cands[h], key=lambda c: (c in seen, c in used, c not in strict, c), default=None
             )
+            if g is None and other in late:
+                unattributed.setdefault(h, []).append(
+                    f"pair failed ({failed}) and no known-good partner to retry with"
+                )
+                continue
             if g is None:
                 second = again(r.server, r.client)
                 if second.ok:
@@ -199,6 +241,9 @@ def attribute(
                 continue
             used.add(g)
             test = again(g, h)
+            if h in test.late:
+                late.setdefault(h, []).append(_late_reason(test, h))
+                continue
             if test.ok:
                 cleared.setdefault(h, []).append(
                     f"cleared: pair with {other} below its band ({failed}); "
@@ -212,6 +257,8 @@ def attribute(
     for h in hosts:
         if h not in involved:
             verdict[h] = {"status": "none", "reason": "no partner node in this run"}
+        elif h in late:
+            verdict[h] = {"status": "unattributed", "reason": "; ".join(late[h])}
         elif h in pinned:
             verdict[h] = {"status": "pinned", "reason": "; ".join(pinned[h])}
         elif h in unattributed:
