@@ -8,6 +8,7 @@ offline with the same rules, touching no host.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -110,7 +111,9 @@ def _partial(
     ]
 
 
-# Judging is CPU-bound and each host independent: a large bundle is judged on every core.
+# Judging is CPU-bound and each host independent: a large bundle is judged on every core,
+# each host in a worker ended at its deadline (a bundle is data from outside: one host's
+# evidence must not hold the others' verdicts).
 PARALLEL_FROM_HOSTS = 64
 
 
@@ -123,20 +126,12 @@ def _judge_hosts(
     cores = len(os.sched_getaffinity(0))
     if len(hosts) < PARALLEL_FROM_HOSTS or cores < 2:
         return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
-    from concurrent.futures import ProcessPoolExecutor
-
-    def own(host: str) -> Manifest | str | None:  # each worker gets its host's list only
-        if isinstance(manifest, Manifest):
-            return Manifest({host: manifest.listed(host)}, frozenset({host}))
-        return manifest
-
-    jobs = [(root, h, fixed_profile, own(h)) for h in hosts]
-    with ProcessPoolExecutor(max_workers=min(cores, 8)) as pool:
-        return list(pool.map(_judge_job, jobs, chunksize=16))
-
-
-def _judge_job(job: tuple) -> NodeReport:
-    return _judge_host(*job)
+    reports = engine.judge_within_deadlines(
+        {h: functools.partial(_judge_host, root, h, fixed_profile, manifest) for h in hosts},
+        lambda _host: engine.JUDGE_DEADLINE_S,
+        _node_error,
+    )
+    return [reports[h] for h in hosts]
 
 
 def _judge_host(

@@ -4,11 +4,13 @@ the deadline, while the others get their verdicts.
 
 Unit level, through certify's engine with fake transports: a pair-probe client that never
 returns, a node whose rules never finish, a node whose kernel log is one 63 MiB line (the
-most a probe file may hold), and a deadline variable that is not a number (exit 2)."""
+most a probe file may hold), a deadline variable that is not a number (exit 2); and
+evaluate's judging of a large bundle, in workers ended at the same deadline."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import threading
@@ -18,10 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuboot import cli, engine, remote
+from gpuboot import certify, cli, engine, remote
 from gpuboot.checks import rules
 from gpuboot.errors import BadInput
 from gpuboot.probes import tcpbw
+from tests.paths import REPO
 
 pytestmark = pytest.mark.subprocess  # forks judging workers and runs local shells
 
@@ -30,6 +33,7 @@ PINS = (
     "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1"
 )
 TCP_PROBE = tcpbw.server_command().removesuffix(f" server {tcpbw.PORT}")  # either side's
+BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 RELEASE = threading.Event()  # set when a test ends: a hung fake lets go of its thread
 
 
@@ -163,3 +167,24 @@ def test_a_deadline_that_is_not_a_number_is_refused_before_any_host(tmp_path, mo
         engine.run(str(inv), transport=never)
     assert caught.value.where == "n2: gpuboot_pair_timeout" and not touched
     assert cli.main(["certify", "-i", str(inv), "--json"]) == 2
+
+
+def test_evaluate_ends_a_hosts_judging_at_its_deadline(tmp_path, monkeypatch):
+    source = next(p for p in sorted((BUNDLES / "real-h100-healthy").iterdir()) if p.is_dir())
+    root = tmp_path / "bundle"
+    for i in range(3):
+        shutil.copytree(source, root / f"node{i}")
+    monkeypatch.setattr(certify, "PARALLEL_FROM_HOSTS", 2)  # the worker path, on 2 cores
+    monkeypatch.setattr(engine, "JUDGE_DEADLINE_S", 2)
+    evaluate = rules.evaluate
+
+    def stalls_on_node1(evidence, ctx, *args):
+        if ctx.host == "node1":
+            time.sleep(600)
+        return evaluate(evidence, ctx, *args)
+
+    monkeypatch.setattr(rules, "evaluate", stalls_on_node1)
+    nodes = by_host(certify.evaluate_bundle(str(root), ignore_manifest=True))
+    (reason,) = {f["reason"] for f in nodes["node1"]["findings"]}
+    assert "judging did not finish within 2s" in reason, reason
+    assert judged(nodes["node0"]) and judged(nodes["node2"])
