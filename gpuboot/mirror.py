@@ -19,6 +19,7 @@ from __future__ import annotations
 import bz2
 import functools
 import gzip
+import io
 import lzma
 import urllib.error
 import urllib.request
@@ -31,6 +32,7 @@ from typing import Any
 
 from gpuboot.errors import BadInput
 from gpuboot.stacks.versions import compare_versions, dpkg_compare
+from gpuboot.yamlsafe import read_capped_bytes
 
 Compare = Callable[[str, str], int]
 
@@ -114,22 +116,29 @@ def parse_relations(text: str, where: str = "Depends") -> tuple[tuple[Rel, ...],
 
 
 def _paragraphs(text: str):
-    fields: dict[str, str] = {}
+    """Each deb822 paragraph as field -> value, a field's continuation lines joined by
+    spaces. A field's parts are gathered in a list and joined once: a Depends continued
+    over 100,000 lines is read in linear time, not copied on every line."""
+    fields: dict[str, list[str]] = {}
     key = None
     for line in text.splitlines():
         if not line.strip():
             if fields:
-                yield fields
+                yield _joined(fields)
             fields, key = {}, None
         elif line[0] in " \t":
             if key is not None:  # a continuation line
-                fields[key] += " " + line.strip()
+                fields[key].append(line.strip())
         else:
             key, _, value = line.partition(":")
             key = key.strip().lower()
-            fields[key] = value.strip()
+            fields[key] = [value.strip()]
     if fields:
-        yield fields
+        yield _joined(fields)
+
+
+def _joined(fields: dict[str, list[str]]) -> dict[str, str]:
+    return {key: " ".join(parts) for key, parts in fields.items()}
 
 
 def parse_packages(text: str, repository: str) -> list[Entry]:
@@ -163,18 +172,33 @@ def parse_packages(text: str, repository: str) -> list[Entry]:
 
 
 def _decompress(data: bytes, where: str) -> bytes:
-    try:
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        elif data[:6] == b"\xfd7zXZ\x00":
-            data = lzma.decompress(data)
-        elif data[:3] == b"BZh":
-            data = bz2.decompress(data)
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise BadInput(f"cannot decompress the index: {exc}", where=where, hint=_REPO_HINT) from exc
+    """``data``, expanded if compressed: chunk by chunk, stopped once past MAX_INDEX_BYTES
+    (a 156 KB .xz of zeros expands to 2 GB; it is refused, not expanded)."""
+    opener = next((o for magic, o in _COMPRESSED if data.startswith(magic)), None)
+    if opener is not None:
+        try:
+            with opener(io.BytesIO(data)) as stream:
+                data = stream.read(MAX_INDEX_BYTES + 1)
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise BadInput(
+                f"cannot decompress the index: {exc}", where=where, hint=_REPO_HINT
+            ) from exc
     if len(data) > MAX_INDEX_BYTES:
-        raise BadInput("the index is too large to be a Packages file", where=where, hint=_REPO_HINT)
+        raise BadInput(
+            f"the index expands past {MAX_INDEX_BYTES} bytes: too large to be a Packages file "
+            "or repodata",
+            where=where,
+            hint=_REPO_HINT,
+        )
     return data
+
+
+# magic -> a reader of that format whose read(n) expands no more than it returns
+_COMPRESSED = (
+    (b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f)),
+    (b"\xfd7zXZ\x00", lzma.LZMAFile),
+    (b"BZh", bz2.BZ2File),
+)
 
 
 def _fetch(url: str) -> bytes:
@@ -187,16 +211,12 @@ def _fetch(url: str) -> bytes:
 
 
 def _read(ref: str) -> bytes:
-    """One file, by path or URL, decompressed."""
+    """One file, by path or URL, decompressed. A path names a regular file (a FIFO or a
+    device would hang the read or never end it)."""
     if "://" in ref:
         return _decompress(_fetch(ref), ref)
-    try:
-        with Path(ref).expanduser().open("rb") as fh:
-            data = fh.read(MAX_INDEX_BYTES + 1)
-    except OSError as exc:
-        raise BadInput(
-            f"cannot read the index: {exc.strerror or exc}", where=ref, hint=_REPO_HINT
-        ) from exc
+    path = Path(ref).expanduser()
+    data = read_capped_bytes(path, MAX_INDEX_BYTES, "repository index", hint=_REPO_HINT)
     return _decompress(data, ref)
 
 
@@ -220,7 +240,14 @@ def _primary_href(repomd: bytes, where: str) -> str:
     for data in root.iter(f"{{{_REPO_NS}}}data"):
         location = data.find(f"{{{_REPO_NS}}}location")
         if data.get("type") == "primary" and location is not None:
-            return str(location.get("href"))
+            href = str(location.get("href"))
+            if href.startswith("/") or "://" in href or ".." in href.split("/"):
+                raise BadInput(
+                    f"repomd.xml's primary is {href!r}, outside the repository",
+                    where=where,
+                    hint=_REPO_HINT,
+                )
+            return href
     raise BadInput("repomd.xml names no primary metadata", where=where, hint=_REPO_HINT)
 
 
