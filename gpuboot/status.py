@@ -9,26 +9,34 @@ its run directories look like certify's: the run ids the scan history names are 
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpuboot import paths
+from gpuboot.errors import ConfigError
 from gpuboot.report._util import host_key, iso, parse_iso, utc_now
 from gpuboot.results import RunReport
 from gpuboot.verdict import Status
+from gpuboot.yamlsafe import read_capped_json
 
 REPORT = "report.json"
 CERT_DIR = Path("reports") / "certificates"
 
 
-def _read_json(path: Path) -> Any:
-    """A JSON file the controller wrote, or None (gone, unreadable, torn)."""
+# What gpuboot writes there stays far below these; a file past them, a link, a FIFO or a
+# document nested past yamlsafe.MAX_DEPTH is not one it wrote.
+MAX_REPORT_BYTES = 256 * 1024 * 1024
+MAX_CERT_BYTES = 1024 * 1024
+
+
+def _read_json(path: Path, limit: int) -> Any:
+    """A JSON file the controller wrote, or None (gone, unreadable, torn, or not one
+    gpuboot wrote: see read_capped_json)."""
     try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return read_capped_json(path, limit, "file", hint="")
+    except ConfigError:
         return None
 
 
@@ -46,7 +54,7 @@ def _certificate(run_dir: Path, host: str, now: datetime) -> dict[str, Any] | No
 
     if not is_safe_name(host):
         return None
-    cert = _read_json(run_dir / CERT_DIR / f"{host}.json")
+    cert = _read_json(run_dir / CERT_DIR / f"{host}.json", MAX_CERT_BYTES)
     if not isinstance(cert, dict):
         return None
     try:
@@ -71,7 +79,7 @@ def _certify_view(
         if wanted is not None and wanted <= set(out):
             break  # every node asked for has its newest run
         try:
-            report = RunReport.from_dict(_read_json(run_dir / REPORT))
+            report = RunReport.from_dict(_read_json(run_dir / REPORT, MAX_REPORT_BYTES))
         except ValueError:  # not a report (torn, hand-edited): the run is passed over
             continue
         try:

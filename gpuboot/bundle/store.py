@@ -21,6 +21,7 @@ from gpuboot.bundle.model import (
 )
 from gpuboot.bundle.names import MANIFEST, META, is_safe_name
 from gpuboot.errors import BadInput
+from gpuboot.yamlsafe import loads_json_bounded
 
 
 def bundle_host_dir(bundle: Path, host: str) -> Path:
@@ -153,8 +154,8 @@ def parse_meta(data: bytes | None, where: str) -> dict[str, Any]:
     if len(data) > MAX_META_BYTES:
         raise BundleError(f"meta.json over the {MAX_META_BYTES}-byte cap", where=where)
     try:
-        meta = json.loads(data)
-    except (ValueError, RecursionError) as exc:
+        meta = loads_json_bounded(data)  # nesting bounded: every later walk of it stays shallow
+    except ValueError as exc:
         raise BundleError(f"meta.json is not valid JSON ({exc})", where=where) from None
     if not isinstance(meta, dict):
         raise BundleError("meta.json is not a JSON object", where=where)

@@ -165,3 +165,36 @@ def test_an_oversized_or_deeply_nested_file_is_refused_within_its_bounds(tmp_pat
         with pytest.raises(BadInput) as caught:
             LOADERS[loader](path)
         assert why in caught.value.message, (path.name, caught.value)
+
+
+# ---------------------------------------------------------------- a bundle's meta.json
+@pytest.mark.parametrize("depth", [500, 100_000])
+def test_a_deeply_nested_meta_json_is_a_bundle_error_not_a_deep_document(depth):
+    from gpuboot.bundle.store import BundleError, parse_meta
+
+    data = b'{"pins": {}, "x": ' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(BundleError) as caught:
+        parse_meta(data, "bundle/n1")
+    assert "nests deeper than" in caught.value.message
+
+
+# ---------------------------------------------------------------- status's kept runs
+def test_status_passes_over_a_deeply_nested_report_and_a_fifo_certificate(tmp_path, monkeypatch):
+    import os
+    from datetime import UTC, datetime
+
+    from gpuboot import status
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    good, deep = runs / "20261120T080000-certify-aaaaaa", runs / "20261121T080000-certify-bbbbbb"
+    (good / "reports" / "certificates").mkdir(parents=True)
+    nodes = [{"host": "n1", "verdict": "PASS", "findings": []}]
+    (good / "report.json").write_text(json.dumps({"run_id": good.name, "nodes": nodes}))
+    os.mkfifo(good / "reports" / "certificates" / "n1.json")  # read, it would hang status
+    deep.mkdir()
+    (deep / "report.json").write_text('{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    doc = status.fleet_status(["n1"], now=datetime(2026, 11, 24, tzinfo=UTC))
+    (node,) = doc["nodes"]
+    assert node["certify"]["run_id"] == good.name and node["certify"]["certificate"] is None
