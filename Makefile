@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := .make
 DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client iproute2 \
-                ca-certificates python3-venv chromium rpm createrepo-c tmux
+                ca-certificates python3-venv chromium rpm createrepo-c dnf \
+                dnf-plugins-core tmux
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup demo test test-fast test-gate test-lab test-unit lint bench clean
