@@ -289,11 +289,13 @@ def run(
     keep_bundle(bundle, store)
     steps = phases(progress)
     steps.phase("judging", list(store))
-    judged = judge_within_deadlines(
-        {name: functools.partial(judge, name, store[name]) for name in store},
-        lambda name: host_deadline(
-            targets[name][1] if name in targets else {}, "gpuboot_judge_timeout", JUDGE_DEADLINE_S
-        ),
+    # a node without evidence is ERROR at once; a node's evidence is judged in a worker
+    unread = {n: judge(n, o) for n, o in store.items() if not isinstance(o, NodeEvidence)}
+    for name in unread:
+        steps.finished_host(name)
+    judged = unread | judge_within_deadlines(
+        {n: functools.partial(judge, n, store[n]) for n in store if n not in unread},
+        lambda name: host_deadline(targets[name][1], "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
         unjudged,
         steps.finished_host,
     )

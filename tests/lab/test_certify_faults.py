@@ -19,6 +19,7 @@ Faults sharing a node touch different parts and are named by different rules.
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -173,3 +174,35 @@ def test_full_probes_measure_every_rail_and_pin_a_slow_one(nodes, lab6):
     assert slow["status"] == "FAIL" and slow["reason"].startswith("mlx5_3: "), slow
     spared = finding(got[TOOL_REMOVED], "BW-005")
     assert spared["status"] == "PASS" and "slowest of 8 rails" in spared["reason"], spared
+
+
+def test_a_pair_probe_that_never_returns_is_error_and_the_others_are_judged(lab6, tmp_path):
+    """node6's ib_write_bw never returns, deaf to the node's own `timeout` (a tool stuck in
+    the kernel): past its pair-probe deadline (10 s here) the controller ends its ssh and
+    node6 is ERROR for the pair phase, naming the deadline, while its partners are measured
+    with each other and judged. Runs last: the hung tool is ended with the fault."""
+    gpuboot(
+        "lab", "fault", "--name", lab6.name, TOOL_REMOVED, "probe-hang", "ib_write_bw", check_rc=0
+    )
+    inv = yaml.safe_load(lab6.stack_inventory.read_text())
+    inv["all"]["children"]["gpu_nodes"]["hosts"][TOOL_REMOVED]["gpuboot_pair_timeout"] = 10
+    path = tmp_path / "deadline.yml"
+    path.write_text(yaml.safe_dump(inv))
+    limit = f"{HEALTHY},node5,{TOOL_REMOVED}"
+    started = time.monotonic()
+    try:
+        report = certify_mod.certify(str(path), probes="quick", limit=limit).to_dict()
+    finally:
+        gpuboot("lab", "clear", "--name", lab6.name, TOOL_REMOVED, "probe-hang", check_rc=0)
+        ssh(lab6, TOOL_REMOVED, "for p in $(pgrep -x ib_write_bw); do kill -KILL $p; done")
+    # a partner's server waits out its own `timeout 60` for the client that never came
+    assert time.monotonic() - started < 300
+    got = {n["host"]: n for n in report["nodes"]}
+    assert sorted(got) == [HEALTHY, "node5", TOOL_REMOVED]
+    hung = finding(got[TOOL_REMOVED], "BW-005")
+    assert hung["status"] in ("ERROR", "SKIPPED"), hung  # never a hardware verdict
+    assert "pair probe timed out after 10s" in hung["reason"], hung
+    for node in (HEALTHY, "node5"):
+        ib = finding(got[node], "BW-005")
+        assert ib["status"] in ("PASS", "WARN"), ib
+        assert finding(got[node], "BW-006")["status"] == "PASS"

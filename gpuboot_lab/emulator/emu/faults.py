@@ -35,6 +35,8 @@ USAGE = {
     "low-bandwidth": "low-bandwidth PROBE FACTOR [HCA|NETDEV]   (PROBE: "
     + "|".join(PROBES)
     + "; a NIC only for ib_write_bw: that rail alone)",
+    "probe-hang": "probe-hang PROBE   (PROBE never returns and ignores `timeout`'s SIGTERM, as a "
+    "tool stuck in the kernel does: only the controller's deadline ends the wait)",
 }
 
 
@@ -139,6 +141,10 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
                 raise EmuError(usage)
             return [args[0], str(factor), find_nic(node, args[2])["hca"]]
         return [args[0], str(factor)]
+    if kind == "probe-hang":
+        if len(args) != 1 or args[0] not in PROBES:
+            raise EmuError(usage)
+        return args[:1]
     return []
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import sys
-from typing import Any
+import time
+from typing import Any, NoReturn
 
 from . import fabric, faults, jsonfmt, kmod, model, state
 from .model import Gpu
@@ -53,12 +55,23 @@ def cuda_init(node: Node) -> None:
 
 def low_bw(node: Node, probe: str, hca: str | None = None) -> float:
     """What low-bandwidth faults leave of PROBE's healthy figure (on NIC HCA, for the
-    faults that name one)."""
+    faults that name one). Every probe asks before it measures: a probe-hang fault on PROBE
+    stops it here for good."""
+    if any(f["args"] == [probe] for f in model.faults_of(node, "probe-hang")):
+        _hang()
     factor = 1.0
     for f in model.faults_of(node, "low-bandwidth"):
         if f["args"][0] == probe and f["args"][2:] in ([], [hca]):
             factor *= float(f["args"][1])
     return factor
+
+
+def _hang() -> NoReturn:
+    """Never return, deaf to SIGTERM (a tool in uninterruptible sleep outlives `timeout`);
+    the session's end (SIGHUP, SIGKILL) still ends it, so the lab is left clean."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(3600)
 
 
 def pcie_factor(g: Gpu) -> float:
