@@ -37,11 +37,30 @@ def check_output_file(path: str, flag: str) -> None:
     check_output_dir(os.path.dirname(os.path.abspath(path)), flag)
 
 
+MAX_KUBECONFIG_BYTES = 16 * 1024 * 1024  # many clusters' embedded certificates fit
+KUBECONFIG_HINT = "pass --kubeconfig FILE (and --k8s-context NAME) as for kubectl"
+
+
 def check_kubeconfig(args) -> None:
-    """The check install makes before touching a host: the kubeconfig loads, and the
-    disruption budget's options hold together."""
+    """The check install makes before touching a host: each kubeconfig file the client
+    would read is a regular file within bounds (yamlsafe.read_capped_yaml: the client
+    itself would wait on a FIFO, read a device without end, or recurse on deep YAML), the
+    kubeconfig loads, and the disruption budget's options hold together."""
     from gpuboot.cli.gate import limits_from
     from gpuboot.k8s.gate import connect
+    from gpuboot.yamlsafe import read_capped_yaml
 
+    for path in kubeconfig_files(args.kubeconfig):
+        read_capped_yaml(path, MAX_KUBECONFIG_BYTES, "kubeconfig", hint=KUBECONFIG_HINT)
     connect(args.kubeconfig, args.k8s_context)
     limits_from(args)
+
+
+def kubeconfig_files(kubeconfig: str | None) -> list[str]:
+    """The files the Kubernetes client reads: the one named, else $KUBECONFIG's existing
+    entries, else ~/.kube/config where it exists."""
+    if kubeconfig:
+        return [kubeconfig]
+    named = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = named or [os.path.expanduser("~/.kube/config")]
+    return [p for p in candidates if os.path.lexists(p)]

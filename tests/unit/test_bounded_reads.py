@@ -81,16 +81,36 @@ def test_an_answer_over_the_cap_is_that_nodes_error_naming_the_cap(monkeypatch):
 
 
 # ---------------------------------------------------------------- files gpuboot is pointed at
-def _special_files(tmp_path):
-    """name -> a path gpuboot must refuse to read as an operator's file."""
+def _special_files(tmp_path, valid: str):
+    """name -> a path gpuboot must refuse to read as an operator's file; the link leads to
+    ``valid`` content, which read as a file would load."""
     import os
 
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     link = tmp_path / "link.yaml"
     link.symlink_to(tmp_path / "elsewhere.yaml")
-    (tmp_path / "elsewhere.yaml").write_text("schema: 1\n")
+    (tmp_path / "elsewhere.yaml").write_text(valid)
     return {"FIFO": fifo, "device": "/dev/zero", "symbolic link": link, "directory": tmp_path}
+
+
+def _shipped(loader: str) -> str:
+    from gpuboot.profiles import PROFILE_DIR
+    from gpuboot.stacks import STACK_DIR
+
+    if loader == "stack":  # its name is the link's, as a stack file's must be
+        text = (STACK_DIR / "lts-550-cuda12.4.yaml").read_text()
+        return text.replace("name: lts-550-cuda12.4", "name: link")
+    return (PROFILE_DIR / "hgx-h100-sxm-8gpu.yaml").read_text()
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
 
 
 BINARY = b"schema: 1\nname: \x00\x01\x02" + bytes(range(256)) * 64
@@ -139,7 +159,7 @@ def test_a_binary_or_non_utf8_file_is_bad_input_naming_the_file_and_offset(
 def test_a_fifo_device_link_or_directory_is_refused_not_read(tmp_path, loader, kind):
     from gpuboot.errors import BadInput
 
-    path = _special_files(tmp_path)[kind]
+    path = _special_files(tmp_path, _shipped(loader))[kind]
     with pytest.raises(BadInput) as caught:
         LOADERS[loader](path)
     assert caught.value.exit_code == 2
@@ -198,3 +218,24 @@ def test_status_passes_over_a_deeply_nested_report_and_a_fifo_certificate(tmp_pa
     doc = status.fleet_status(["n1"], now=datetime(2026, 11, 24, tzinfo=UTC))
     (node,) = doc["nodes"]
     assert node["certify"]["run_id"] == good.name and node["certify"]["certificate"] is None
+
+
+# ---------------------------------------------------------------- the kubeconfig
+@pytest.mark.parametrize("kind", ["FIFO", "device", "symbolic link", "binary", "deep"])
+def test_a_kubeconfig_that_is_special_binary_or_deep_is_refused_before_the_client_reads_it(
+    tmp_path, kind
+):
+    from types import SimpleNamespace
+
+    from gpuboot.cli import preflight
+    from gpuboot.errors import BadInput
+
+    paths = _special_files(tmp_path, KUBECONFIG)
+    paths["binary"] = tmp_path / "binary"
+    paths["binary"].write_bytes(BINARY)
+    paths["deep"] = tmp_path / "deep"
+    paths["deep"].write_text("clusters: " + "[" * 500 + "]" * 500 + "\n")
+    args = SimpleNamespace(kubeconfig=str(paths[kind]), k8s_context=None)
+    with pytest.raises(BadInput) as caught:
+        preflight.check_kubeconfig(args)
+    assert caught.value.exit_code == 2 and str(paths[kind]) in (caught.value.where or "")
