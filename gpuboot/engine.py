@@ -259,7 +259,7 @@ def run(
     inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     for name in hosts:
-        check_deadlines(name, inv.resolved(name))
+        check_deadlines(name, inv.resolved(name), str(inv.path))
     if transport is None:
         from gpuboot.transport import connector
 

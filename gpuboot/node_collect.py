@@ -99,14 +99,15 @@ def _valid_deadline(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 86400
 
 
-def check_deadlines(host: str, hostvars: dict) -> None:
-    """BadInput naming the host and variable for a deadline that is not a positive number."""
+def check_deadlines(host: str, hostvars: dict, inventory: str = "") -> None:
+    """BadInput naming the inventory, host and variable for a deadline that is not a number
+    of seconds in range."""
     for var in DEADLINE_VARS:
         own = hostvars.get(var)
         if own is not None and not _valid_deadline(own):
             raise BadInput(
-                f"{var} is {own!r}: a deadline is a number of seconds, above 0 and at most 86400",
-                where=f"{host}: {var}",
+                f"{own!r} is not a deadline: a number of seconds, above 0 and at most 86400",
+                where=": ".join(filter(None, (inventory, host, var))),
                 hint=f"set {var}: 600 for {host} in the inventory, or remove it for the default",
             )
 

@@ -165,7 +165,8 @@ def test_a_deadline_that_is_not_a_number_is_refused_before_any_host(tmp_path, mo
 
     with pytest.raises(BadInput) as caught:
         engine.run(str(inv), transport=never)
-    assert caught.value.where == "n2: gpuboot_pair_timeout" and not touched
+    assert caught.value.where == f"{inv}: n2: gpuboot_pair_timeout" and not touched
+    assert caught.value.message.startswith("'soon' is not a deadline: a number of seconds")
     assert cli.main(["certify", "-i", str(inv), "--json"]) == 2
 
 
