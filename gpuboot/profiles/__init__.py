@@ -66,7 +66,8 @@ def _resolve(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     path = Path(text)
     if path.suffix in (".yaml", ".yml", ".json") or "/" in text:
-        if not path.is_file():
+        # a FIFO, a device or a link is there: the reader refuses it by its kind
+        if not (path.exists() or path.is_symlink()):
             raise ConfigError(
                 f"profile file {text} does not exist",
                 where=text,

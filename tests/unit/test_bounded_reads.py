@@ -163,6 +163,7 @@ def test_a_fifo_device_link_or_directory_is_refused_not_read(tmp_path, loader, k
     with pytest.raises(BadInput) as caught:
         LOADERS[loader](path)
     assert caught.value.exit_code == 2
+    assert kind in caught.value.message  # named for what it is, not "does not exist"
 
 
 @pytest.mark.parametrize("loader", sorted(LOADERS))
