@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -240,3 +241,46 @@ def test_a_kubeconfig_that_is_special_binary_or_deep_is_refused_before_the_clien
     with pytest.raises(BadInput) as caught:
         preflight.check_kubeconfig(args)
     assert caught.value.exit_code == 2 and str(paths[kind]) in (caught.value.where or "")
+
+
+# ---------------------------------------------------------------- certify's engine
+@pytest.mark.subprocess
+def test_a_node_flooding_its_answer_is_error_naming_the_cap_and_the_others_are_judged(
+    tmp_path, monkeypatch
+):
+    import testinfra
+
+    from gpuboot import engine
+
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(remote, "MAX_ANSWER_BYTES", 8 * 1024 * 1024, raising=False)
+    (tmp_path / "proc").mkdir()
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_probes: none, "
+        "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1, "
+        f"gpuboot_procfs: {tmp_path / 'proc'}}}\n"
+        "  hosts:\n    n1: {ansible_host: 192.0.2.1}\n    n2: {ansible_host: 192.0.2.2}\n"
+    )
+
+    class Flooding:
+        """A node whose shell answers 300 MB, through a testinfra backend as ssh would."""
+
+        backend = testinfra.get_host("local://").backend
+
+        def run(self, _command):
+            return self.backend.run("head -c 300000000 /dev/zero")
+
+    class Local:
+        def run(self, command):
+            out = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+            return SimpleNamespace(rc=out.returncode, stdout=out.stdout, stderr=out.stderr)
+
+    hosts = {"n1": Local(), "n2": Flooding()}
+    report = engine.run(str(inv), transport=lambda name, _vars: hosts[name]).to_dict()
+    nodes = {n["host"]: n for n in report["nodes"]}
+    assert nodes["n2"]["verdict"] == "ERROR"
+    (reason,) = {f["reason"] for f in nodes["n2"]["findings"]}
+    assert "n2" in reason and "cap of 8388608 bytes" in reason, reason
+    assert len({f["reason"] for f in nodes["n1"]["findings"]}) > 1  # n1 judged on its own
