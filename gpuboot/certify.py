@@ -112,9 +112,10 @@ def _partial(
 
 
 # Judging is CPU-bound and each host independent: a large bundle is judged on every core,
-# each host in a worker ended at its deadline (a bundle is data from outside: one host's
-# evidence must not hold the others' verdicts).
+# each host in a worker ended at its deadline. So is a bundle with a heavy host: a bundle
+# is data from outside, and one host's evidence must not hold the others' verdicts.
 PARALLEL_FROM_HOSTS = 64
+HEAVY_HOST_BYTES = 4 << 20  # real captures hold well under 1 MiB a host
 
 
 def _judge_hosts(
@@ -124,7 +125,8 @@ def _judge_hosts(
     manifest: Manifest | str | None,
 ) -> list[NodeReport]:
     cores = len(os.sched_getaffinity(0))
-    if len(hosts) < PARALLEL_FROM_HOSTS or cores < 2:
+    large = len(hosts) >= PARALLEL_FROM_HOSTS and cores >= 2
+    if not large and not any(_heavy(root / h) for h in hosts):
         return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
     reports = engine.judge_within_deadlines(
         {h: functools.partial(_judge_host, root, h, fixed_profile, manifest) for h in hosts},
@@ -132,6 +134,21 @@ def _judge_hosts(
         _node_error,
     )
     return [reports[h] for h in hosts]
+
+
+def _heavy(host_dir: Path) -> bool:
+    """More than HEAVY_HOST_BYTES in the host directory's regular files (links not
+    followed; what cannot be listed is left to the reader, which says why)."""
+    try:
+        with os.scandir(host_dir) as entries:
+            sizes = (
+                e.stat(follow_symlinks=False).st_size
+                for e in entries
+                if e.is_file(follow_symlinks=False)
+            )
+            return sum(sizes) > HEAVY_HOST_BYTES
+    except OSError:
+        return False
 
 
 def _judge_host(

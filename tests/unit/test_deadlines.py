@@ -189,3 +189,31 @@ def test_evaluate_ends_a_hosts_judging_at_its_deadline(tmp_path, monkeypatch):
     (reason,) = {f["reason"] for f in nodes["node1"]["findings"]}
     assert "judging did not finish within 2s" in reason, reason
     assert judged(nodes["node0"]) and judged(nodes["node2"])
+
+
+def test_evaluate_judges_a_heavy_host_in_a_worker_ended_at_its_deadline(tmp_path, monkeypatch):
+    """A small bundle is judged in process, unless a host holds more than a real capture
+    does: its kernel log of one 63 MiB line is judged, and a host whose judging stalls is
+    ended at the deadline while the others get their verdicts."""
+    source = next(p for p in sorted((BUNDLES / "real-h100-healthy").iterdir()) if p.is_dir())
+    root = tmp_path / "bundle"
+    for i in range(3):
+        shutil.copytree(source, root / f"node{i}")
+    (root / "node1" / "dmesg.txt").write_text("a" * 66060288 + "\n")
+    (root / "node2" / "dmesg.txt").write_text("a" * (certify.HEAVY_HOST_BYTES + 1))
+    nodes = by_host(certify.evaluate_bundle(str(root), ignore_manifest=True))
+    assert all(judged(n) for n in nodes.values())
+    (root / "node1" / "dmesg.txt").unlink()  # judged in seconds: not within the 2 s below
+    monkeypatch.setattr(engine, "JUDGE_DEADLINE_S", 2)
+    evaluate = rules.evaluate
+
+    def stalls_on_node2(evidence, ctx, *args):
+        if ctx.host == "node2":
+            time.sleep(600)
+        return evaluate(evidence, ctx, *args)
+
+    monkeypatch.setattr(rules, "evaluate", stalls_on_node2)
+    nodes = by_host(certify.evaluate_bundle(str(root), ignore_manifest=True))
+    (reason,) = {f["reason"] for f in nodes["node2"]["findings"]}
+    assert "judging did not finish within 2s" in reason, reason
+    assert judged(nodes["node0"]) and judged(nodes["node1"])
