@@ -122,7 +122,8 @@ def run_pair(
     time.sleep(SERVER_HEAD_START_S)
     cli, cli_late = _side(run, client, spec.client_cmd(addresses.get(server, server)))
     t.join()  # the runner returns within the server's deadline
-    srv, srv_late = box["s"]
+    # a runner that raised on the server side said nothing: the pair failed, nobody late
+    srv, srv_late = box.get("s", (ProbeOutput("", "server side did not finish", 124), False))
     name = lambda peer: spec.file(peer).replace(".txt", f"{suffix}.txt")  # noqa: E731
     outputs = {server: (name(client), srv), client: (name(server), cli)}
     late = tuple(h for h, was in ((server, srv_late), (client, cli_late)) if was)
