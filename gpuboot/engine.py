@@ -158,8 +158,8 @@ def judge(name: str, outcome: Outcome) -> NodeReport:
     return node_report(name, rules.evaluate(outcome.evidence, ctx))
 
 
-class JudgingTimeout(GpubootError):
-    """A node's rules did not finish within its judging deadline: ERROR for that node."""
+class JudgingStopped(GpubootError):
+    """A node's rules gave no verdict: past their deadline, or their worker died (ERROR)."""
 
 
 def judge_within_deadlines(
@@ -167,10 +167,12 @@ def judge_within_deadlines(
     deadline_of: Callable[[str], float],
     late: Callable[[str, GpubootError], NodeReport],
     done: Callable[[str], None] = lambda _name: None,
+    setting: str = "",
 ) -> dict[str, NodeReport]:
     """Each job's report, each job in a forked worker process on every core (a fork: the
     node's evidence is inherited, not copied). A job past its deadline is ended and
-    ``late`` gives its report; a worker that dies without one is reported the same way."""
+    ``late`` gives its report, naming the deadline and the ``setting`` that changes it; a
+    worker that dies without one is reported the same way."""
     ctx = multiprocessing.get_context("fork")
     workers = max(1, min(len(os.sched_getaffinity(0)), 8))
     queue = list(jobs)
@@ -202,7 +204,7 @@ def judge_within_deadlines(
                 if kind == "error":
                     raise value
                 if kind == "died":
-                    value = late(name, JudgingTimeout(f"judging ended without a verdict: {value}"))
+                    value = late(name, JudgingStopped(f"judging ended without a verdict: {value}"))
                 finish(name, value)
             now = time.monotonic()
             for conn, (name, worker, ends) in list(running.items()):
@@ -213,9 +215,10 @@ def judge_within_deadlines(
                     seconds = deadline_of(name)
                     why = (
                         f"judging did not finish within {seconds:g}s (the controller's deadline"
-                        " for judging one node, gpuboot_judge_timeout); its worker was ended"
+                        f" for judging one node{', ' + setting if setting else ''}); its worker"
+                        " was ended"
                     )
-                    finish(name, late(name, JudgingTimeout(why)))
+                    finish(name, late(name, JudgingStopped(why)))
     finally:  # an error or Ctrl-C: no worker outlives the run
         for conn, (_name, worker, _ends) in running.items():
             _end(worker)
@@ -298,6 +301,7 @@ def run(
         lambda name: host_deadline(targets[name][1], "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
         unjudged,
         steps.finished_host,
+        "gpuboot_judge_timeout",
     )
     nodes = tuple(judged[name] for name in sort_hosts(store))
     if not nodes:
