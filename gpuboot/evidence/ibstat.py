@@ -17,7 +17,6 @@ TOOL = "ibstat"
 
 _CA = re.compile(r"^CA\s+'([^']+)'\s*$")
 _PORT = re.compile(r"^Port\s+(\d+):\s*$")
-_KV = re.compile(r"^([^:]+):\s*(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -75,6 +74,14 @@ def _complete(name: str, info: dict[str, str], ports: list[tuple[int, dict[str, 
             raise ParseError(TOOL, f"CA {name!r} port {num} ends before its Link layer: cut short")
 
 
+def _key_value(line: str) -> tuple[str, str] | None:
+    """ "Key: value" split at the first colon, both stripped; None without a key. String
+    methods, not a regex: a lazy group before a trailing ``\\s*$`` retried at every
+    character of a long run of spaces (minutes for a 1 MiB line)."""
+    key, colon, value = line.partition(":")
+    return (key.strip(), value.strip()) if colon and key else None
+
+
 def parse_ibstat(text: str) -> Ibstat:
     require_text(TOOL, text)
     cas: list[tuple[str, dict[str, str], list[tuple[int, dict[str, str]]]]] = []
@@ -89,9 +96,9 @@ def parse_ibstat(text: str) -> Ibstat:
             cas[-1][2].append((int(m.group(1)), {}))
         elif line.startswith("ibpanic") or line.lower().startswith(("ibwarn", "error")):
             errors.append(line)
-        elif (m := _KV.match(line)) and cas:
+        elif cas and (kv := _key_value(line)):
             target = cas[-1][2][-1][1] if cas[-1][2] else cas[-1][1]
-            target[m.group(1).strip()] = m.group(2)
+            target[kv[0]] = kv[1]
         else:
             raise ParseError(TOOL, f"unexpected line: {line[:80]!r}")
     if not cas and not errors:

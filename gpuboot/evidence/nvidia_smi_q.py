@@ -161,21 +161,20 @@ class _Node:
         return clean(node.value) if node is not None else None
 
 
-_KV = re.compile(r"^(\S.*?)\s*:(?:\s+(.*?))?\s*$")
 _GPU_HDR = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 
 
 def _key_value(stripped: str) -> tuple[str, str | None]:
-    """(key, value) of a stripped line as _KV reads it; value None: no "key : value" line.
-    Most lines split at their first colon, followed by a space or the line's end: that case
-    without the regex (a -q of 8 GPUs is ~1,600 lines, read once per node)."""
-    i = stripped.find(":")
-    if i < 0:
-        return stripped, None
-    if i > 0 and (i + 1 == len(stripped) or stripped[i + 1].isspace()):
-        return stripped[:i].rstrip(), stripped[i + 1 :].strip()
-    kv = _KV.match(stripped)  # a colon inside the key ("a:b : c") or at the start
-    return (kv.group(1), kv.group(2) or "") if kv else (stripped, None)
+    """(key, value) of a stripped line; value None: no "key : value" line. The key ends at
+    the first colon (not the line's first character) followed by a space or the line's end,
+    so "a:b : c" has the key "a:b". String methods, not a regex: a lazy group before a
+    trailing ``\\s*$`` retried at every character of a long run of spaces."""
+    i = stripped.find(":", 1)
+    while i > 0:
+        if i + 1 == len(stripped) or stripped[i + 1].isspace():
+            return stripped[:i].rstrip(), stripped[i + 1 :].strip()
+        i = stripped.find(":", i + 1)
+    return stripped, None
 
 
 def _tree(text: str) -> tuple[_Node, list[_Node], set[int], bool, list[dict[str, str | None]]]:

@@ -149,8 +149,6 @@ def measure(parser: Callable[[str], object]) -> list[str]:
 # Found slow here and handed to the owner of these parsers. Strict where the parser stalls
 # (the mark must go with the fix); not strict where it is linear but near the bound.
 SLOW_TODAY = {
-    "parse_ibstat": ("a long run of spaces inside a line: no answer at 1 MiB", True),
-    "parse_nvidia_smi_q": ("a long run of spaces inside a line: no answer at 1 MiB", True),
     "parse_query_gpu_csv": ("linear, but 3-4 s per MiB of one-character lines", False),
 }
 
