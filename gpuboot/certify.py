@@ -35,9 +35,11 @@ def certify(
     bundle_root: str | None = None,
     progress: Callable[[str], None] = lambda _m: None,
     probes: str | None = None,
+    verb: str = "certify",
 ) -> RunReport:
     """Certify the inventory's nodes. ``probes`` (none|quick|full) overrides each host's
-    ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does."""
+    ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does.
+    ``verb``: the run's kind (``scan`` for a scan's run: kept, listed and pruned as one)."""
     from gpuboot.probes import LEVELS
 
     if probes is not None and probes not in LEVELS:
@@ -47,7 +49,12 @@ def certify(
             hint=f"use one of: {', '.join(LEVELS)}",
         )
     result = engine.run(
-        inventory, limit=limit, probes=probes, bundle_root=bundle_root, progress=progress
+        inventory,
+        limit=limit,
+        probes=probes,
+        bundle_root=bundle_root,
+        progress=progress,
+        verb=verb,
     )
     (result.run_dir / "report.json").write_text(json.dumps(result.to_dict(), indent=2))
     return result

@@ -253,10 +253,12 @@ def run(
     bundle_root: str | Path | None = None,
     progress: Callable[[str], None] = lambda _m: None,
     transport: Transport | None = None,
+    verb: str = "certify",
 ) -> RunReport:
     """Certify the inventory's nodes (``limit``: Ansible's host pattern). ``inventory`` is
     a path, loaded and checked here before any host is touched, or an Inventory a caller
-    already loaded. ``transport`` defaults to gpuboot.transport.connector's."""
+    already loaded. ``transport`` defaults to gpuboot.transport.connector's. ``verb`` names
+    the run (its directory, its progress): a scan's runs are scans, never certifications."""
     from gpuboot.runner import new_run_dir
 
     inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
@@ -271,10 +273,10 @@ def run(
         def transport(name: str, _hostvars: dict[str, Any]) -> Any:
             return connect(name)
 
-    run_id, run_dir = new_run_dir("certify")
+    run_id, run_dir = new_run_dir(verb)
     bundle = Path(bundle_root) / run_id if bundle_root else run_dir / "bundle"
     paths.private_dir(bundle)
-    progress(f"certify: collecting evidence and checking {len(hosts)} host(s)")
+    progress(f"{verb}: collecting evidence and checking {len(hosts)} host(s)")
     started = time.monotonic()
     targets: dict[str, tuple[Any, dict[str, Any]]] = {}
     failed: dict[str, Outcome] = {}
@@ -287,7 +289,7 @@ def run(
     try:
         store = {**collect_nodes(targets, probes, progress), **failed}
     except KeyboardInterrupt:
-        stopped = f"certify stopped before a verdict; its run dir: {run_dir}"
+        stopped = f"{verb} stopped before a verdict; its run dir: {run_dir}"
         raise KeyboardInterrupt(stopped) from None
     keep_bundle(bundle, store)
     steps = phases(progress)

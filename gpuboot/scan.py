@@ -541,7 +541,9 @@ def scan(
     # an Inventory a caller already loaded is used as it is, never read again
     inv_path = inventory.path if isinstance(inventory, Inventory) else Path(inventory).resolve()
     with _open_history(history) as first:
-        report = certify.certify(inventory, limit=limit, probes=probes, progress=progress)
+        report = certify.certify(
+            inventory, limit=limit, probes=probes, progress=progress, verb="scan"
+        )
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         bundle = report.bundle
         with locks.exclusive_current(first, history, lambda: _open_history(history)) as fh:

@@ -265,3 +265,6 @@ def test_scan_judges_through_the_engine_on_an_inventory_already_loaded(inv, monk
     records = [json.loads(line) for line in history.read_text().splitlines()]
     assert {r["inventory"] for r in records} == {str(inv)}
     assert {r["host"] for r in records} == {"n1", "n2", "n3"}
+    # a scan's run is a scan: its own kind in runs list, retention and status
+    assert "-scan-" in report.run_id and report.run_dir.name == report.run_id
+    assert {r["run_id"] for r in records} == {report.run_id}

@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 from gpuboot import cli
 
-SCAN_RUN = "20261124T090000-certify-bbbbbb"  # a scan's run: certify's engine, not a certify
+# A scan's run. Scans before runs had their own kind were named -certify-: status still
+# tells them from certifications by the history that names them.
+SCAN_RUN = "20261124T090000-certify-bbbbbb"
 
 
 def _run(runs, run_id: str, verdicts: dict[str, str], stack: str | None = None) -> None:
