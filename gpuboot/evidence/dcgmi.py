@@ -18,12 +18,12 @@ is what tells a fault of the GPU from one of the harness (``harness_fault``).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
 from gpuboot.evidence._common import require_text
+from gpuboot.yamlsafe import loads_json_bounded
 
 TOOL = "dcgmi diag"
 
@@ -186,7 +186,9 @@ def parse_dcgmi_diag_json(text: str) -> DcgmDiag:
     require_text(TOOL, text)
     start = text.find("{")
     try:
-        doc = json.loads(text[start:] if start >= 0 else text)
+        doc = loads_json_bounded(
+            text[start:] if start >= 0 else text
+        )
     except ValueError as exc:
         raise ParseError(TOOL, f"not JSON: {exc}") from exc
     body = (

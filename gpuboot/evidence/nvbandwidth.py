@@ -7,12 +7,12 @@ GPU) are facts, not errors; a matrix cell "N/A" is None.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from gpuboot.errors import ParseError
 from gpuboot.evidence._common import require_text
+from gpuboot.yamlsafe import loads_json_bounded
 
 TOOL = "nvbandwidth"
 
@@ -61,7 +61,9 @@ def parse_nvbandwidth_json(text: str) -> Nvbandwidth:
     require_text(TOOL, text)
     start = text.find("{")  # nvbandwidth may print warnings before the JSON document
     try:
-        doc = json.loads(text[start:] if start >= 0 else text)
+        doc = loads_json_bounded(
+            text[start:] if start >= 0 else text
+        )
         body = doc["nvbandwidth"]
         cases = body["testcases"]
     except (ValueError, KeyError, TypeError) as exc:

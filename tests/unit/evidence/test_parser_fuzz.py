@@ -165,3 +165,13 @@ SLOW_TODAY = {
 def test_parser_reads_hostile_text_in_linear_time(name):
     slow = measure(PARSERS[name])
     assert not slow, f"{name} is slower than {SECONDS_PER_MIB:g} s/MiB on: " + "; ".join(slow)
+
+
+@pytest.mark.parametrize("parse", ["parse_dcgmi_diag_json", "parse_nvbandwidth_json"])
+def test_a_deeply_nested_json_answer_is_unreadable_evidence(parse):
+    """A node's JSON nested past the bound is a ParseError (the rule's ERROR naming it),
+    never the decoder's RecursionError reaching the harness."""
+    from gpuboot.errors import ParseError
+
+    with pytest.raises(ParseError, match="nests deeper than"):
+        PARSERS[parse]('{"a": ' * 100 + "1" + "}" * 100)
