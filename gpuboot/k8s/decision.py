@@ -15,7 +15,6 @@ say Unknown. Whether a take-out may happen now is the disruption gate's (gpuboot
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +52,9 @@ class Target:
     leave: str | None = None
 
 
+CERT_MAX = 1 << 20  # a certificate is a few KB
+
+
 @dataclass(frozen=True)
 class CertInfo:
     sha256: str
@@ -62,12 +64,15 @@ class CertInfo:
 
 def read_certificate(path: str | Path, host: str, now: datetime) -> CertInfo:
     """Hash, expiry and content of a certificate file; ValueError says why it is unusable."""
+    from gpuboot.errors import ConfigError
+    from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
+
+    try:  # a regular file within the cap: a FIFO would hang the gate, a link mislead it
+        data = read_capped_bytes(path, CERT_MAX, "certificate", hint="certify the node again")
+    except ConfigError as exc:
+        raise ValueError(f"certificate {path} {exc.message}") from exc
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read certificate {path}: {exc.strerror or exc}") from exc
-    try:
-        doc = json.loads(data)
+        doc = loads_json_bounded(data)
         expires = datetime.fromisoformat(str(doc["expires_at"]).replace("Z", "+00:00"))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"certificate {path} is malformed ({exc})") from exc

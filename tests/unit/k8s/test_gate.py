@@ -831,3 +831,24 @@ def test_bad_budget_options_exit_2_before_any_host(
     err = capsys.readouterr().err
     assert code == 2, err
     assert says in err and "hint: " in err and "Traceback" not in err
+
+
+def test_a_certificate_that_is_a_fifo_or_a_link_vouches_for_nothing(tmp_path):
+    """The gate reads a certificate as a regular file within its cap: a FIFO would hang
+    it, a link could name another node's file."""
+    import os
+    from datetime import UTC, datetime
+
+    from gpuboot.k8s.decision import read_certificate
+
+    fifo = tmp_path / "node1.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_certificate(fifo, "node1", datetime.now(UTC))
+    real = tmp_path / "real.json"
+    real.write_text('{"host": "node1", "expires_at": "2099-01-01T00:00:00Z"}')
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with pytest.raises(ValueError, match="symbolic link"):
+        read_certificate(link, "node1", datetime.now(UTC))
+    assert read_certificate(real, "node1", datetime.now(UTC)).doc["host"] == "node1"
