@@ -186,9 +186,7 @@ def parse_dcgmi_diag_json(text: str) -> DcgmDiag:
     require_text(TOOL, text)
     start = text.find("{")
     try:
-        doc = loads_json_bounded(
-            text[start:] if start >= 0 else text
-        )
+        doc = loads_json_bounded(text[start:] if start >= 0 else text)
     except ValueError as exc:
         raise ParseError(TOOL, f"not JSON: {exc}") from exc
     body = (

@@ -61,9 +61,7 @@ def parse_nvbandwidth_json(text: str) -> Nvbandwidth:
     require_text(TOOL, text)
     start = text.find("{")  # nvbandwidth may print warnings before the JSON document
     try:
-        doc = loads_json_bounded(
-            text[start:] if start >= 0 else text
-        )
+        doc = loads_json_bounded(text[start:] if start >= 0 else text)
         body = doc["nvbandwidth"]
         cases = body["testcases"]
     except (ValueError, KeyError, TypeError) as exc:

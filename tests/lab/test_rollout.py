@@ -41,7 +41,7 @@ def test_rollout_stops_when_the_budget_is_spent_and_resumes(make_lab):
 
     assert ssh(lab, "node2", "rm /etc/apt/apt.conf.d/99-broken-proxy").returncode == 0
     # the operator fixes node2 on its own: that complete run must not hide the stopped one
-    fixed, status = install(lab, "--limit", "node2", rc=0)
+    _, status = install(lab, "--limit", "node2", rc=0)
     assert status == {"node2": "changed"}
     # a plain --resume continues the stopped canary rollout with its own batch size and budget
     resumed, status = install(lab, "--resume", rc=0)
