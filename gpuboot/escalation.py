@@ -160,6 +160,12 @@ class FaultHistory:
         self.first_seen.pop(key, None)
         self.older.pop(key, None)
 
+    def release(self) -> None:
+        """An operator released the node: nothing stays escalated, every fault counts its
+        boots afresh."""
+        self.boots, self.first_seen, self.older = {}, {}, {}
+        self.escalated = frozenset()
+
     def replaced(self, parts: dict[str, Any]) -> None:
         """Forget the faults of an address where another GPU is seen now: a new part."""
         for pci, uuid in parts.items():
@@ -255,8 +261,10 @@ def escalations(
     now: Observation, before: FaultHistory | None, reboots: int = DEFAULT_REBOOTS
 ) -> list[Escalation]:
     """The faults of this scan that came back after ``reboots`` reboots: seen (this boot
-    included) in more than ``reboots`` different boots. ``new``: not escalated at the
-    node's previous scan."""
+    included) in more than ``reboots`` different boots; and the faults escalated before,
+    which stay escalated until an operator releases the node (`gpuboot node release`): the
+    reboot that clears an Xid from the kernel log does not mend the part. ``new``: not
+    escalated at the node's previous scan."""
     if before is not None and now.parts:
         before = copy.deepcopy(before)
         before.replaced(now.parts)
@@ -275,6 +283,21 @@ def escalations(
                 first_seen=(before.first_seen.get(key) if before else None),
                 action=RMA_ACTION,
                 new=not (before and key in before.escalated),
+            )
+        )
+    for key in sorted((before.escalated if before else frozenset()) - now.faults.keys()):
+        kind = key.split(":", 1)[0].split("@", 1)[0]
+        if kind not in RULE_OF or key not in before.boots:
+            continue  # a part replaced since (replaced() forgot it), or an unknown kind
+        out.append(
+            Escalation(
+                fault=key,
+                what=f"{key}, escalated at an earlier scan and not released since",
+                rule=RULE_OF[kind],
+                boots=before.count(key),
+                first_seen=before.first_seen.get(key),
+                action=RMA_ACTION,
+                new=False,
             )
         )
     return out

@@ -53,6 +53,9 @@ HISTORY_HINT = "pass --history FILE in a writable directory (default $GPUBOOT_HO
 # page's points into a few (TREND) over the last TREND_SCANS_KEPT scans (a year of hourly
 # ones); lines no scan can use go to <history>.rejected.
 STATE, TREND = "state", "trend"
+# An operator's release of a node (`gpuboot node release`): its RMA escalation ends and its
+# faults' boot counts start afresh; the node's last scan stays its last scan.
+RELEASED = "released"
 TREND_SCANS_KEPT = 8760
 COMPACT_MIN_BYTES = 256 * 1024  # a smaller history is only appended to
 # A scan writes lines of a few KB and compaction keeps the file near twice its compacted
@@ -79,6 +82,10 @@ def _problem(rec: Any) -> str | None:
     """What makes a history record unusable as a node's previous scan, if anything."""
     if not isinstance(rec, dict):
         return f"is not a JSON object but {type(rec).__name__}"
+    if RELEASED in rec:
+        if not isinstance(rec.get("host"), str) or not isinstance(rec.get("time"), str):
+            return "is a release without 'host' and 'time'"
+        return None if rec[RELEASED] is True else "has 'released' that is not true"
     for key, kind in (("host", str), ("time", str), ("failing", dict)):
         if key not in rec:
             return f"has no {key!r}"
@@ -131,6 +138,13 @@ class NodeHistory:
             escalated,
             rec.get("gpus") if isinstance(rec.get("gpus"), dict) else None,
         )
+
+    def release(self) -> None:
+        """An operator released the node: no escalation stays open, and a fault counts its
+        boots afresh (a part back in service is not held to its old count)."""
+        self.faults.release()
+        if self.last is not None:
+            self.last = {**self.last, "escalated": []}
 
     def baseline(self) -> dict[str, Any] | None:
         """The previous scan as drift() reads it: its time, the rules known failing."""
@@ -263,7 +277,11 @@ class History:
         return hist
 
     def add(self, rec: dict[str, Any], size: int) -> None:
-        if rec.get(TREND):
+        if RELEASED in rec:  # folded into the node's state at the next compaction
+            if node := self.nodes.get(rec["host"]):
+                node.release()
+            self.raw += size
+        elif rec.get(TREND):
             self.trend.add(rec)
             self.kept += size
         elif STATE in rec:
@@ -477,6 +495,14 @@ def _open_history(history: Path) -> IO[bytes]:
         raise BadInput("is not a regular file", where=where, hint=HISTORY_HINT)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "a+b")
+
+
+def record_release(history: Path, host: str, *, by: str, reason: str) -> None:
+    """Record that an operator released ``host``: its open RMA escalation ends (status,
+    metrics and labels stop showing it) and its faults count from this moment."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    rec = {"time": stamp, "host": host, RELEASED: True, "by": by, "reason": reason}
+    append_history(history, [rec])
 
 
 def append_history(history: Path, records: list[dict[str, Any]]) -> None:

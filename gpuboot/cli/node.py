@@ -92,6 +92,9 @@ def explain_text(doc: dict) -> str:
 
 
 def release(args) -> Outcome:
+    from pathlib import Path
+
+    from gpuboot import scan
     from gpuboot.remediate import hold, record
 
     reason = " ".join(args.reason.split())
@@ -104,7 +107,14 @@ def release(args) -> Outcome:
         )
     api = _api(args)
     doc = _cluster_call(
-        api, lambda: hold.release(args.node, reason, api=api, history=record.beside(args.history))
+        api,
+        lambda: hold.release(
+            args.node,
+            reason,
+            api=api,
+            history=record.beside(args.history),
+            scan_history=Path(args.history) if args.history else scan.default_history(),
+        ),
     )
     text = f"{doc['node']}: released by {doc['by']} ({reason})\n" + "\n".join(
         f"  {c}" for c in doc["changes"]

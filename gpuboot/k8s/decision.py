@@ -169,6 +169,14 @@ def decide(
         return _uncertified(node, (Status.WARN,), allow_warn=allow_warn)
     if verdict not in (Status.PASS, Status.WARN):
         return Target(host, verdict, error=f"unknown verdict {verdict!r}: node left untouched")
+    if node.escalations:  # the reboot that cleared the Xid did not mend the part
+        faults = ", ".join(e.fault for e in node.escalations)
+        return Target(
+            host,
+            verdict,
+            leave=f"RMA escalation open ({faults}): not let back in; after the hardware is "
+            f"fixed: gpuboot node release {host} --reason '...'",
+        )
     path = certificate
     if not path:
         return Target(

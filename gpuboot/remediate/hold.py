@@ -150,7 +150,13 @@ def explain(
 
 
 def release(
-    name: str, reason: str, *, api: Any = None, history: Path, by: str | None = None
+    name: str,
+    reason: str,
+    *,
+    api: Any = None,
+    history: Path,
+    by: str | None = None,
+    scan_history: Path | None = None,
 ) -> dict[str, Any]:
     """Remove gpuboot's marks from the node (and its quarantine from the history), record
     who and why. A cordon is lifted only when gpuboot made it and the node was schedulable
@@ -190,6 +196,11 @@ def release(
     rec = {**record.entry(LD.RELEASE, "done"), "host": name, "by": who, "reason": reason}
     record.append(history, [rec])
     changes.append(f"release recorded in {history}")
+    if scan_history is not None:  # its RMA escalation ends; its faults count afresh
+        from gpuboot import scan
+
+        scan.record_release(scan_history, name, by=who, reason=reason)
+        changes.append(f"open escalations closed in {scan_history}")
     return {"node": name, "by": who, "reason": reason, "changes": changes}
 
 

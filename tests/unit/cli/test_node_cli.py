@@ -188,3 +188,33 @@ def test_the_api_failing_is_the_run_breaking_and_nothing_half_done(api, home, ca
     assert code == 3 and "500" in capsys.readouterr().err
     assert api.nodes["n1"]["metadata"]["labels"][L.LABEL_STATE] == L.STATE_QUARANTINED
     assert record.read(home / record.HISTORY_NAME) == []  # not recorded as released
+
+
+def test_an_escalation_stays_open_after_the_reboot_that_clears_its_xid_until_release(home, capsys):
+    """The reboot that clears an Xid from the kernel log does not mend the part: the RMA
+    escalation stays in the history (status, metrics, labels) until an operator releases
+    the node, and the release starts its faults' boot counts afresh."""
+    from gpuboot import escalation, scan
+
+    history = home / scan.HISTORY_NAME
+    fault = "xid:79@0000:3b:00"
+    base = {"host": "n1", "failing": {}, "gpus": {}}
+    scan.append_history(
+        history,
+        [
+            {**base, "time": f"2026-11-2{i}T00:00:00Z", "boot_id": f"b{i}",
+             "faults": [fault], "escalated": [fault] if i == 3 else []}
+            for i in (1, 2, 3)
+        ],
+    )  # fmt: skip
+    past = scan.read_history(history)["n1"].faults
+    rebooted = escalation.Observation(boot_id="b4", faults={})  # the Xid is gone with the boot
+    [kept] = escalation.escalations(rebooted, past)
+    assert (kept.fault, kept.new, kept.boots) == (fault, False, 3)
+    code, doc = run(capsys, "node", "release", "n1", "--reason", "GPU reseated")
+    assert code == 0 and any("escalations closed" in c for c in doc["changes"])
+    node = scan.read_history(history)["n1"]
+    assert node.last["escalated"] == [] and node.last["time"] == "2026-11-23T00:00:00Z"
+    assert escalation.escalations(rebooted, node.faults) == []
+    seen_again = escalation.Observation(boot_id="b4", faults={fault: "Xid 79"})
+    assert escalation.escalations(seen_again, node.faults) == []  # one boot, not four

@@ -852,3 +852,22 @@ def test_a_certificate_that_is_a_fifo_or_a_link_vouches_for_nothing(tmp_path):
     with pytest.raises(ValueError, match="symbolic link"):
         read_certificate(link, "node1", datetime.now(UTC))
     assert read_certificate(real, "node1", datetime.now(UTC)).doc["host"] == "node1"
+
+
+def test_a_passing_node_with_an_open_rma_escalation_is_not_let_back_in(tmp_path):
+    """After the reboot that cleared its Xid a node passes, but its escalation stays open
+    until an operator releases it: the gate leaves it out, saying how to release it."""
+    from datetime import UTC, datetime
+
+    from gpuboot.k8s.decision import decide
+    from gpuboot.results import Escalation, NodeReport
+
+    esc = Escalation(
+        fault="xid:79@0000:3b:00", what="Xid 79", rule="XID-001", boots=3,
+        first_seen=None, action="hardware inspection / RMA", new=False,
+    )  # fmt: skip
+    node = NodeReport(host="n1", verdict="PASS", findings=(), escalations=(esc,))
+    target = decide(node, bundle=None, certificate=None, allow_warn=False, now=datetime.now(UTC))
+    assert not target.certified and target.error is None
+    assert "RMA escalation open (xid:79@0000:3b:00)" in target.leave
+    assert "gpuboot node release n1" in target.leave
