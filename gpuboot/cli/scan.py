@@ -129,7 +129,7 @@ def _scan_inventory(args, inv) -> Outcome:
         text += "".join(f"\n{line}" for line in _remediation_lines(remediation))
         actions = replace(actions, remediation=_steps(remediation))
         code = EXIT_RUN_BROKE if remediation.exit_code == EXIT_RUN_BROKE else code
-    text += _write_metrics(args, report, run, actions)
+    text += _write_metrics(args, report, run, actions, fleet=set(inv.hosts))
     if tripped.open and code != EXIT_RUN_BROKE:
         code = breaker.EXIT_BREAKER_OPEN
     doc = run.to_dict()
@@ -216,7 +216,7 @@ def _to_cluster(args, inv, result, tripped, run, actions):
     return actions, gate_ok, text
 
 
-def _write_metrics(args, report, run, actions) -> str:
+def _write_metrics(args, report, run, actions, *, fleet: set[str]) -> str:
     """The run's textfile again, now with what the scan did after judging, and the
     node_exporter copy; a warning to show, if any."""
     from gpuboot.report import prometheus
@@ -224,9 +224,10 @@ def _write_metrics(args, report, run, actions) -> str:
     prometheus.write(report, run.written["prometheus"], kind=prometheus.SCAN, actions=actions)
     if not args.textfile_dir:
         return ""
-    # merged: under --limit the other nodes' series (and their alerts) stay
+    # merged: under --limit the other nodes' series (and their alerts) stay; a node that
+    # left the inventory goes
     prom, warning = prometheus.write_merged(
-        report, Path(args.textfile_dir) / "gpuboot-scan.prom", actions=actions
+        report, Path(args.textfile_dir) / "gpuboot-scan.prom", actions=actions, fleet=fleet
     )
     run.written["textfile"] = prom
     return f"\n{warning}" if warning else ""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot.report._util import (
+    ERROR,
     PASS,
     RULE_STATUSES,
     STATUSES,
@@ -111,6 +112,16 @@ def families(kind: str) -> list[tuple[str, str]]:
             ),
             (f"{p}_last_scan_timestamp_seconds", "Unix time of the node's last scan."),
             (
+                f"{p}_node_judged",
+                "1 if the scan judged at least one rule on the node, 0 if it could judge "
+                "none (unreachable, no evidence): then the node has no rule series.",
+            ),
+            (
+                f"{p}_last_judged_timestamp_seconds",
+                "Unix time the node was last judged (carried over while it cannot be): a "
+                "dead node's staleness alert fires on it.",
+            ),
+            (
                 f"{p}_escalated_faults",
                 "Hardware faults back on the same part after the reboot threshold "
                 "(gpuboot.escalation): above 0, the recommended action is hardware "
@@ -173,6 +184,11 @@ def _sample(name: str, labels: dict[str, Any], value: float | int) -> str:
     return f"{name}{{{body}}} {_value(value)}" if body else f"{name} {_value(value)}"
 
 
+def judged_any(node: NodeReport) -> bool:
+    """Whether any rule was judged on the node (not every finding the harness's ERROR)."""
+    return any(f.status != ERROR for f in node.findings)
+
+
 def _node_samples(
     kind: str, node: NodeReport, cert: dict[str, Any], ts: int
 ) -> dict[str, list[str]]:
@@ -189,7 +205,10 @@ def _node_samples(
     for status in STATUSES:
         add("node_verdict", {"verdict": status}, int(node.verdict == status))
     seen: set[str] = set()
-    for f in node.findings:
+    judged = judged_any(node)
+    # A node judged on nothing (unreachable) is one series saying so, not a rule-ERROR
+    # series per rule: thirty alerts for one dead node.
+    for f in node.findings if (judged or kind != SCAN) else ():
         if f.rule in seen:  # one series per rule, whatever the input repeats
             continue
         seen.add(f.rule)
@@ -210,6 +229,9 @@ def _node_samples(
         for change in DRIFT:
             add("drift_rules", {"change": change}, len(getattr(node.drift, change, ())))
         add("last_scan_timestamp_seconds", {}, ts)
+        add("node_judged", {}, int(judged))
+        if judged:
+            add("last_judged_timestamp_seconds", {}, ts)
         add("escalated_faults", {}, len(node.escalations or ()))
     return out
 
@@ -347,12 +369,17 @@ def merge(
     now: datetime | None = None,
     kind: str = SCAN,
     actions: ScanActions | None = None,
+    fleet: set[str] | None = None,
 ) -> tuple[str, str | None]:
     """This run's exposition plus the previous file's series of the nodes not in this run
-    (text, warning). An unreadable or foreign previous file is not merged: the text is
-    this run's alone and the warning says why."""
+    (text, warning), and the last-judged time of this run's nodes it could not judge.
+    ``fleet``: the inventory's hosts; a node that left it is dropped. An unreadable or
+    foreign previous file is not merged: the text is this run's alone and the warning
+    says why."""
     ours = _samples(kind, report, {}, now or utc_now(), actions)
     hosts = {n.host for n in report.nodes}
+    unjudged = {n.host for n in report.nodes if not judged_any(n)}
+    carried = f"gpuboot_{kind}_last_judged_timestamp_seconds"
     previous = Path(previous)
     warning = None
     try:
@@ -361,7 +388,12 @@ def merge(
         warning = f"{previous}: warning: not a gpuboot textfile ({exc}); written afresh"
         kept = {}
     for name, rows in kept.items():
-        rows = [(h, line) for h, line in rows if h not in hosts]
+        rows = [
+            (h, line)
+            for h, line in rows
+            if (h not in hosts or (name == carried and h in unjudged))
+            and (fleet is None or h in fleet)
+        ]
         # one line per series (name and labels): a hand-edited duplicate is dropped
         series: dict[str, str] = {}
         for _h, line in sorted(rows, key=lambda r: host_key(r[0])):
@@ -377,7 +409,8 @@ def write_merged(
     now: datetime | None = None,
     kind: str = SCAN,
     actions: ScanActions | None = None,
+    fleet: set[str] | None = None,
 ) -> tuple[Path, str | None]:
     """Replace ``path`` with :func:`merge`'s text; (path, warning)."""
-    text, warning = merge(report, path, now=now, kind=kind, actions=actions)
+    text, warning = merge(report, path, now=now, kind=kind, actions=actions, fleet=fleet)
     return atomic_write(Path(path), text.encode("utf-8")), warning

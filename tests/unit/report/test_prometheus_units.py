@@ -200,3 +200,41 @@ def test_cli_scan_under_limit_keeps_the_other_nodes_in_the_textfile(tmp_path, mo
     rules = fam["gpuboot_scan_rule_status"]["samples"]
     assert rules[(("host", "node2"), ("rule", "NVL-001"), ("status", "FAIL"))] == 1
     assert rules[(("host", "node1"), ("rule", "NVL-001"), ("status", "PASS"))] == 1
+
+
+def test_a_dead_node_is_one_series_and_keeps_its_last_judged_time(tmp_path: Path):
+    """A node the scan cannot reach is judged on nothing: one node_judged 0 series, no
+    rule-ERROR series per rule (thirty alerts for one dead node), and its last-judged time
+    stays the one of its last real judgement, so a staleness alert fires on it."""
+    prom = tmp_path / "gpuboot-scan.prom"
+    earlier = NOW.replace(hour=9)
+    prometheus.write_merged(RunReport.from_dict(scan_report(["node1", "node2"], {})), prom,
+                            now=earlier)  # fmt: skip
+    dead = scan_report(["node1", "node2"], {})
+    gone = dead["nodes"][1]
+    gone["verdict"] = "ERROR"
+    gone["findings"] = [{**f, "status": "ERROR", "reason": "unreachable"} for f in gone["findings"]]
+    prometheus.write_merged(RunReport.from_dict(dead), prom, now=NOW, fleet={"node1", "node2"})
+    fam = parse(prom.read_text())
+    rules = fam["gpuboot_scan_rule_status"]["samples"]
+    assert {dict(k)["host"] for k in rules} == {"node1"}
+    judged = fam["gpuboot_scan_node_judged"]["samples"]
+    assert (judged[(("host", "node1"),)], judged[(("host", "node2"),)]) == (1, 0)
+    last = fam["gpuboot_scan_last_judged_timestamp_seconds"]["samples"]
+    assert last[(("host", "node1"),)] == NOW.timestamp()
+    assert last[(("host", "node2"),)] == earlier.timestamp()
+    assert fam["gpuboot_scan_last_scan_timestamp_seconds"]["samples"][(("host", "node2"),)] == (
+        NOW.timestamp()
+    )
+
+
+def test_a_node_that_left_the_inventory_leaves_the_textfile(tmp_path: Path):
+    prom = tmp_path / "gpuboot-scan.prom"
+    prometheus.write_merged(
+        RunReport.from_dict(scan_report(["node1", "old9"], {"old9": "NVL-001"})), prom, now=NOW
+    )
+    prometheus.write_merged(
+        RunReport.from_dict(scan_report(["node1"], {})), prom, now=NOW, fleet={"node1"}
+    )
+    fam = parse(prom.read_text())
+    assert {dict(k)["host"] for k in fam["gpuboot_scan_node_verdict"]["samples"]} == {"node1"}
