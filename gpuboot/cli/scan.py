@@ -68,6 +68,14 @@ def register(verbs, common) -> None:
         help="with --remediate: certificate signing key, so a node that certifies again after "
         "its step is returned to service",
     )
+    sc.add_argument(
+        "--cert-expiry-days",
+        type=int,
+        default=7,
+        metavar="DAYS",
+        help="name the nodes whose certificate expires within DAYS (default 7) or has "
+        "expired: an expired certificate lets no node back in",
+    )
     sc.set_defaults(func=run)
 
 
@@ -82,6 +90,14 @@ def run(args) -> Outcome:
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         preflight.check_kubeconfig(args)
     gate.limits_from(args)  # so are disruption budget options that do not combine
+    if args.cert_expiry_days < 0:
+        from gpuboot.errors import BadInput
+
+        raise BadInput(
+            f"--cert-expiry-days {args.cert_expiry_days} is negative",
+            where="--cert-expiry-days",
+            hint="a number of days, e.g. --cert-expiry-days 14 (0: only expired ones)",
+        )
     if args.sign_key:  # so is a key that cannot sign, or that nothing would sign with
         from gpuboot.errors import BadInput
         from gpuboot.report import certificate
@@ -113,6 +129,8 @@ def _scan_inventory(args, inv) -> Outcome:
     text += f"\nhistory: {result.history_path}; report: {run.written['html']}"
     tripped = _trip(result, run)
     text += "".join(f"\n{line}" for line in tripped.alerts())
+    expiry = _certificate_expiry(report, result.history_path, args.cert_expiry_days)
+    text += "".join(f"\n{line}" for line in _expiry_lines(expiry, inv, args.cert_expiry_days))
     actions = prometheus.ScanActions(
         breaker_open={
             **{f.rule: False for n in report.nodes for f in n.findings},
@@ -134,6 +152,7 @@ def _scan_inventory(args, inv) -> Outcome:
         code = breaker.EXIT_BREAKER_OPEN
     doc = run.to_dict()
     doc["breaker"] = tripped.to_dict()
+    doc["certificates"] = expiry
     if remediation is not None:
         doc["remediation"] = remediation.to_dict()
     doc["exit_code"] = code
@@ -311,6 +330,42 @@ def _census(args):
         nodes, now=time.time(), window_s=limits.window_s, ignore_taints=limits.ignore_taints
     )
     return census, None
+
+
+def _certificate_expiry(report, history, days: int) -> dict[str, dict]:
+    """Per node of the scan whose last certificate expires within ``days`` or has expired:
+    its expiry and days left (negative: expired), as `gpuboot status` reads them."""
+    from gpuboot import status
+
+    hosts = [n.host for n in report.nodes]
+    out = {}
+    for node in status.fleet_status(hosts, history=history)["nodes"]:
+        cert = (node["certify"] or {}).get("certificate")
+        if cert and cert["days_left"] < days:
+            out[node["host"]] = cert
+    return out
+
+
+def _expiry_lines(expiry: dict[str, dict], inv, days: int) -> list[str]:
+    if not expiry:
+        return []
+    from gpuboot.ui import host_ranges
+
+    expired = sorted(h for h, c in expiry.items() if c["days_left"] < 0)
+    soon = sorted(h for h in expiry if h not in expired)
+    lines = []
+    if soon:
+        left = ", ".join(f"{h} ({expiry[h]['days_left']} d)" for h in soon)
+        lines.append(f"certificates expiring within {days} days: {left}")
+    if expired:
+        lines.append(
+            f"certificates expired (not let back in until certified again): {host_ranges(expired)}"
+        )
+    names = ",".join([*expired, *soon])
+    lines.append(
+        f"certify them again: gpuboot certify -i {inv.path} --limit {names} --sign-key KEY"
+    )
+    return lines
 
 
 def _releasable(report, history) -> dict[str, Path]:

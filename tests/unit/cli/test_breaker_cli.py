@@ -331,3 +331,31 @@ def _certified(runs: Path, host: str) -> None:
     issued = Path(report["reports"][f"certificate:{host}"])
     (run_dir / "reports" / "certificates" / f"{host}.json").write_bytes(issued.read_bytes())
     assert certificate.partial(json.loads(issued.read_text())) is None
+
+
+def test_scan_names_certificates_expiring_soon_and_does_not_release_an_expired_one(
+    site, capsys, tmp_path
+):
+    from datetime import UTC, datetime, timedelta
+
+    _certified(tmp_path / "runs", "node5")
+    cert = tmp_path / "runs" / "20261127T090000-certify-bbbbbb" / "reports" / "certificates"
+    path = cert / "node5.json"
+
+    def expires(days: float) -> None:
+        doc = json.loads(path.read_text())
+        at = datetime.now(UTC) + timedelta(days=days, hours=1)
+        path.write_text(json.dumps({**doc, "expires_at": at.strftime("%Y-%m-%dT%H:%M:%SZ")}))
+
+    expires(3)
+    site.next = _scanned({})
+    code, out = site.scan(capsys, json_out=False)
+    assert code == 0 and "certificates expiring within 7 days: node5 (3 d)" in out
+    assert "gpuboot certify -i" in out and "--limit node5" in out
+    code, doc = site.scan(capsys, "--cert-expiry-days", "2")
+    assert doc["certificates"] == {}
+    expires(-2)
+    site.api.edit("node5", _taken_out)
+    code, doc = site.scan(capsys)
+    assert doc["certificates"]["node5"]["days_left"] < 0
+    assert _ours(site, "node5")  # an expired certificate lets no node back in
