@@ -61,13 +61,20 @@ def certify(
 
 
 def evaluate_bundle(
-    bundle: str, *, profile: str | None = None, ignore_manifest: bool = False
+    bundle: str,
+    *,
+    profile: str | None = None,
+    ignore_manifest: bool = False,
+    pubkey: str | None = None,
 ) -> BundleReport:
     """Judge a bundle offline: ``<bundle>/<host>/<probe-file>`` + meta.json per host.
 
     A bundle left the controller's hands: each host is judged only on regular files inside
     its directory, within caps, and only while MANIFEST.json still vouches for them
-    (unless ``ignore_manifest``); anything else makes that host ERROR, never the run."""
+    (unless ``ignore_manifest``); anything else makes that host ERROR, never the run.
+    ``pubkey``: the certify key's public half: the manifest must be sealed with it and bind
+    each host's directory to the hardware it shows (an unkeyed checksum can be recomputed
+    by whoever edited the files)."""
     root = Path(bundle)
     if not root.is_dir():
         raise BadInput(
@@ -76,6 +83,14 @@ def evaluate_bundle(
             hint="pass the bundle path `gpuboot certify` printed",
         )
     manifest = None if ignore_manifest else read_manifest(root)
+    key = None
+    if pubkey is not None and isinstance(manifest, Manifest):
+        from gpuboot.report.certificate import load_public_key
+        from gpuboot.report.seal import seal_problem
+
+        key = load_public_key(pubkey)
+        if problem := seal_problem(root, key):
+            manifest, key = f"{problem}: the evidence cannot be shown to be the run's", None
     hosts = set(bundle_hosts(root))
     if isinstance(manifest, Manifest):  # hosts of the run without a directory are reported
         hosts |= manifest.hosts
@@ -87,14 +102,23 @@ def evaluate_bundle(
         )
     fixed_profile = load_profile(profile) if profile else None
     SHIPPED.clear()
-    reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest)
+    reports = _judge_hosts(root, sorted(hosts), fixed_profile, manifest, key)
     return BundleReport(
-        bundle=str(root),
-        manifest="ignored"
-        if ignore_manifest
-        else ("verified" if isinstance(manifest, Manifest) else "missing or unreadable"),
-        nodes=tuple(reports),
+        bundle=str(root), manifest=_vouched(root, manifest, key), nodes=tuple(reports)
     )
+
+
+def _vouched(root: Path, manifest: Manifest | str | None, key: Any) -> str:
+    """What the manifest proved, in words."""
+    if manifest is None:
+        return "ignored"
+    if not isinstance(manifest, Manifest):
+        return manifest if manifest.startswith("bundle manifest") else "missing or unreadable"
+    if key is not None:
+        return "verified: sealed with the given key, each host bound to its hardware"
+    from gpuboot.report.seal import seal_state
+
+    return f"checksums verified; {seal_state(root)} (pass --pubkey to check the seal)"
 
 
 def _partial(
@@ -130,13 +154,14 @@ def _judge_hosts(
     hosts: list[str],
     fixed_profile: dict[str, Any] | None,
     manifest: Manifest | str | None,
+    key: Any = None,
 ) -> list[NodeReport]:
     cores = len(os.sched_getaffinity(0))
     large = len(hosts) >= PARALLEL_FROM_HOSTS and cores >= 2
     if not large and not any(_heavy(root / h) for h in hosts):
-        return [_judge_host(root, h, fixed_profile, manifest) for h in hosts]
+        return [_judge_host(root, h, fixed_profile, manifest, key) for h in hosts]
     reports = engine.judge_within_deadlines(
-        {h: functools.partial(_judge_host, root, h, fixed_profile, manifest) for h in hosts},
+        {h: functools.partial(_judge_host, root, h, fixed_profile, manifest, key) for h in hosts},
         lambda _host: engine.JUDGE_DEADLINE_S,
         _node_error,
     )
@@ -163,6 +188,7 @@ def _judge_host(
     host: str,
     fixed_profile: dict[str, Any] | None,
     manifest: Manifest | str | None,
+    key: Any = None,
 ) -> NodeReport:
     host_dir = root / host
     try:
@@ -175,6 +201,11 @@ def _judge_host(
         files = read_host_files(host_dir)
         if manifest is not None:
             check_manifest(manifest, host, files)
+        if key is not None:  # a sealed manifest: the directory is this host's hardware
+            from gpuboot.report.seal import seal_problem
+
+            if problem := seal_problem(root, key, host):
+                raise BundleError(problem, hint=NO_MANIFEST_HINT)
         evidence, meta = host_bundle(files, str(host_dir))
         node_profile = fixed_profile or bundle_profile(host, meta, files)
     except GpubootError as exc:  # this host's evidence is not judged; the others are

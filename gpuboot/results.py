@@ -214,7 +214,7 @@ class BundleReport:
     """`gpuboot evaluate`: a bundle judged again offline, and whether its manifest vouched."""
 
     bundle: str
-    manifest: str  # verified | missing or unreadable | ignored
+    manifest: str  # what MANIFEST.json proved (certify._vouched), or missing, or ignored
     nodes: tuple[NodeReport, ...]
 
     @property

@@ -18,6 +18,11 @@ def register(verbs, common) -> None:
         help="judge the files as they are, even where MANIFEST.json is missing or no longer "
         "matches them (by default such a host is ERROR: evidence changed since the run)",
     )
+    ev.add_argument(
+        "--pubkey",
+        help="the certify key's public half (KEY.pub): MANIFEST.json must be sealed with it "
+        "and bind each host's directory to the hardware it shows; else every host is ERROR",
+    )
     ev.set_defaults(func=run)
 
 
@@ -28,7 +33,10 @@ def run(args) -> Outcome:
 
     report = link_report(
         certify.evaluate_bundle(
-            args.bundle, profile=args.profile, ignore_manifest=args.ignore_manifest
+            args.bundle,
+            profile=args.profile,
+            ignore_manifest=args.ignore_manifest,
+            pubkey=args.pubkey,
         )
     )
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED

@@ -47,6 +47,10 @@ def write_reports(
     paths: dict[str, Path] = {}
     certs: dict[str, dict[str, Any]] = {}
     if key_path is not None:
+        if report.bundle is not None:  # sealed first: each certificate names the sealed one
+            from gpuboot.report.seal import seal
+
+            seal(Path(report.bundle), certificate.load_private_key(key_path))
         for node in report.nodes:
             if certificate.eligible(node, allow_warn=allow_warn):
                 cert = certificate.issue(

@@ -18,8 +18,6 @@ hardware is the one certified. Validity is capped at ``MAX_VALIDITY_DAYS``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import os
@@ -29,7 +27,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -50,10 +47,16 @@ from gpuboot.report._util import (
     utc_now,
 )
 from gpuboot.report.fingerprint import differences, host_fingerprint, identity
+from gpuboot.report.signing import (  # noqa: F401  (canonical, key_id: the certificate's API)
+    ALGORITHM,
+    canonical,
+    key_id,
+    sign,
+    signature_problem,
+)
 from gpuboot.results import NodeReport
 
 SCHEMA = "gpuboot.certificate/v2"  # v2: probe level, scope, required/missing checks
-ALGORITHM = "Ed25519"
 DEFAULT_VALIDITY_DAYS = 30
 MAX_VALIDITY_DAYS = 365  # a year: hardware and stack drift; re-certify at least that often
 FULL, PARTIAL = "full", "partial"
@@ -84,23 +87,10 @@ class VerifyResult:
 # ------------------------------------------------------------------ encoding
 
 
-def canonical(cert: dict[str, Any]) -> bytes:
-    """The signed bytes: everything but ``signature``, sorted keys, no whitespace, UTF-8."""
-    body = {k: v for k, v in cert.items() if k != "signature"}
-    return json.dumps(
-        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
 def render(cert: dict[str, Any]) -> bytes:
     """The file form: readable, and byte-for-byte reproducible from the parsed document."""
     text = json.dumps(cert, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
     return (text + "\n").encode("utf-8")
-
-
-def key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 # ------------------------------------------------------------------ keys
@@ -358,14 +348,9 @@ def issue(
         "issuer": {"tool": "gpuboot", "version": __version__},
     }
     try:
-        payload = canonical(cert)
+        cert["signature"] = sign(cert, key)
     except ValueError as exc:  # NaN/inf in a measurement: not representable in JSON
         raise BadInput(f"{host}: report holds a value JSON cannot carry ({exc})") from exc
-    cert["signature"] = {
-        "algorithm": ALGORITHM,
-        "key_id": key_id(key.public_key()),
-        "value": base64.b64encode(key.sign(payload)).decode("ascii"),
-    }
     return cert
 
 
@@ -420,18 +405,13 @@ def _authentic(doc: dict[str, Any], public_key: Ed25519PublicKey) -> str | None:
     missing = [k for k in _REQUIRED if k not in doc]
     if missing:
         return f"malformed certificate: missing {', '.join(missing)}"
-    sig = doc.get("signature")
-    if not isinstance(sig, dict) or not sig.get("value"):
-        return "certificate is unsigned"
-    if sig.get("algorithm") != ALGORITHM:
-        return f"unsupported signature algorithm {sig.get('algorithm')!r}"
-    expected_id = key_id(public_key)
-    if sig.get("key_id") != expected_id:
-        return f"signed by key {sig.get('key_id')}, not by the given key {expected_id}"
-    try:
-        public_key.verify(base64.b64decode(sig["value"], validate=True), canonical(doc))
-    except (InvalidSignature, binascii.Error, ValueError, TypeError):
-        return "signature does not match the certificate's content"
+    if problem := signature_problem(doc, public_key):
+        return {
+            "unsigned": "certificate is unsigned",
+            "signature does not match the content": (
+                "signature does not match the certificate's content"
+            ),
+        }.get(problem, problem)
     if doc.get("verdict") not in (PASS, WARN) or any(
         r.get("status") in (FAIL, ERROR) for r in doc.get("rules", [])
     ):  # a correctly signed FAIL would be a signing bug; never honour it
@@ -456,11 +436,20 @@ def _period(doc: dict[str, Any], at: datetime) -> str | None:
     return None
 
 
-def _same_hardware(doc: dict[str, Any], bundle: Path) -> str | None:
-    """Why the host's evidence in ``bundle`` is not the hardware the certificate names."""
+def _same_hardware(doc: dict[str, Any], bundle: Path, public_key: Any) -> str | None:
+    """Why the host's evidence in ``bundle`` is not the hardware the certificate names.
+    Only the files MANIFEST.json lists speak for the node (an added file is no evidence);
+    a sealed manifest must be sealed with the certificate's key and bind the host."""
+    from gpuboot.report.seal import seal_problem, seal_state
+
     host = str(doc["host"])
-    _evidence(bundle, host)  # refuses a bundle without the host or changed since its run
-    observed = host_fingerprint(bundle / host)
+    # refuses a bundle without the host or changed since its run
+    listed = _evidence(bundle, host)["host_files"]
+    if seal_state(bundle).startswith("signed") and (
+        problem := seal_problem(bundle, public_key, host)
+    ):
+        return problem
+    observed = host_fingerprint(bundle / host, [n.removeprefix(f"{host}/") for n in listed])
     if not identity(observed):
         return f"bundle {bundle} holds no hardware evidence of {host} to compare"
     diffs = differences(doc.get("fingerprint") or {}, observed)
@@ -497,7 +486,7 @@ def verify(
     if why is None and not allow_partial and (gap := partial(doc)):
         why = f"partial certificate: {gap}; it does not certify the node"
     if why is None and bundle is not None:
-        why = _same_hardware(doc, Path(bundle))
+        why = _same_hardware(doc, Path(bundle), public_key)
     if why is not None:
         return VerifyResult(False, why)
     extent = "" if doc["scope"] == FULL else f", partial: {partial(doc)}"

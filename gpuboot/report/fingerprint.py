@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -179,9 +179,16 @@ def _stack_of(installed: dict[str, str | tuple[str, ...]]) -> dict[str, Any]:
     }
 
 
-def host_fingerprint(host_dir: Path) -> dict[str, Any]:
-    """Fingerprint of ``<bundle>/<host>``: GPUs, driver, NICs, PCIe tree, installed stack."""
-    files = {p.name: p for p in host_dir.iterdir() if p.is_file()}
+def host_fingerprint(host_dir: Path, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Fingerprint of ``<bundle>/<host>``: GPUs, driver, NICs, PCIe tree, installed stack.
+    ``names``: read only these files (those MANIFEST.json lists): a file added since the
+    run must not speak for the node."""
+    wanted = None if names is None else set(names)
+    files = {
+        p.name: p
+        for p in host_dir.iterdir()
+        if p.is_file() and (wanted is None or p.name in wanted)
+    }
     out: dict[str, Any] = {}
     unreadable: dict[str, str] = {}
 

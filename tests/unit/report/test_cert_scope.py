@@ -272,3 +272,70 @@ def test_verify_against_a_bundle_refuses_nics_that_swapped_slots(tmp_path, key):
     bad = certificate.verify(cert, pub(key), host="gpu-a01", bundle=swapped, now=NOW)
     assert not bad.ok and "hardware differs" in bad.reason
     assert "GPU0 to mlx5_0: certified 'PIX', now 'NODE'" in bad.reason
+
+
+def _edit_and_rehash(bundle: Path) -> None:
+    """An editor changes a GPU's serial, recomputes the manifest's checksums and keeps
+    whatever else it says (its seal included)."""
+    doc = json.loads((bundle / "MANIFEST.json").read_text())
+    _swap_gpu_serial(bundle)  # writes a fresh manifest: its checksums are all that is kept
+    doc["files"] = json.loads((bundle / "MANIFEST.json").read_text())["files"]
+    (bundle / "MANIFEST.json").write_text(json.dumps(doc))
+
+
+def test_the_fingerprint_reads_only_the_files_the_manifest_lists(tmp_path):
+    from gpuboot.report.fingerprint import host_fingerprint
+
+    host_dir = make_bundle(tmp_path, ["gpu-a01"]) / "gpu-a01"
+    assert host_fingerprint(host_dir)["gpus"]
+    assert "gpus" not in host_fingerprint(host_dir, ["ibstat.txt", "meta.json"])
+
+
+def test_a_sealed_bundle_edited_and_rehashed_fails_verify_and_evaluate(tmp_path, key):
+    from gpuboot.certify import evaluate_bundle
+    from gpuboot.report.seal import seal
+
+    bundle = make_bundle(tmp_path / "a", ["gpu-a01", "gpu-a02"])
+    seal(bundle, certificate.load_private_key(key))
+    cert = certificate.issue(NodeReport.from_dict(node_report()), bundle, key, now=NOW)
+    ok = certificate.verify(cert, pub(key), host="gpu-a01", bundle=bundle, now=NOW)
+    assert ok.ok, ok.reason
+    sealed = evaluate_bundle(str(bundle), pubkey=str(pub(key)))
+    assert sealed.manifest.startswith("verified: sealed with the given key")
+    assert "bundle manifest" not in json.dumps(sealed.to_dict())
+    _edit_and_rehash(bundle)
+    bad = certificate.verify(cert, pub(key), host="gpu-a01", bundle=bundle, now=NOW)
+    assert not bad.ok and bad.reason == "bundle manifest signature does not match the content"
+    judged = evaluate_bundle(str(bundle), pubkey=str(pub(key)))
+    assert {n.verdict for n in judged.nodes} == {"ERROR"}
+    assert "signature does not match" in judged.manifest
+
+
+def test_a_host_directory_cloned_under_a_sealed_manifest_is_refused(tmp_path, key):
+    """A host's files copied over another host's, the manifest re-hashed and its identities
+    copied too: the signature no longer holds. The identities alone bind each directory."""
+    import shutil
+
+    from gpuboot.report.seal import seal, seal_problem
+
+    bundle = make_bundle(tmp_path / "a", ["gpu-a01", "gpu-a02"])
+    _swap_gpu_serial(bundle)  # gpu-a01 and gpu-a02 now show different hardware
+    seal(bundle, certificate.load_private_key(key))
+    public = certificate.load_public_key(pub(key))
+    assert seal_problem(bundle, public, "gpu-a02") is None
+    for name in ("nvidia-smi_-q.txt",):
+        shutil.copyfile(bundle / "gpu-a01" / name, bundle / "gpu-a02" / name)
+    assert seal_problem(bundle, public, "gpu-a02") == (
+        "bundle manifest does not bind gpu-a02's directory to the hardware it shows"
+    )
+
+
+def test_an_unsigned_manifest_says_so_and_fails_a_check_with_a_key(tmp_path, key):
+    from gpuboot.certify import evaluate_bundle
+
+    bundle = make_bundle(tmp_path / "a", ["gpu-a01"])
+    plain = evaluate_bundle(str(bundle))
+    assert "unsigned (file checksums only" in plain.manifest
+    keyed = evaluate_bundle(str(bundle), pubkey=str(pub(key)))
+    assert {n.verdict for n in keyed.nodes} == {"ERROR"}
+    assert keyed.manifest.startswith("bundle manifest unsigned")
