@@ -181,11 +181,13 @@ def check_pci_ids(evidence: Evidence, ctx: NodeContext) -> str | None:
 def _pcie_rows(
     evidence: Evidence,
 ) -> list[tuple[str, int | None, int | None, int | None, int | None]]:
-    """(gpu, gen_cur, gen_max, width_cur, width_max) from --query-gpu, else from -q."""
+    """(gpu, gen_cur, gen_max, width_cur, width_max) from --query-gpu, else from -q. Where
+    both are held, -q must be complete too and agree on each GPU's maximum link (the
+    current one moves with load): a cut or contradicting -q is no PASS."""
     if forms_in(evidence, "query_gpu"):
         failure, rows, _lost = gpu_table(evidence)
         if not failure and rows and "pcie.link.gen.max" in rows[0].values:
-            return [
+            csv = [
                 (
                     f"GPU {r.text('index') if 'index' in r.values else i}",
                     to_int(r.values.get("pcie.link.gen.current")),
@@ -195,6 +197,20 @@ def _pcie_rows(
                 )
                 for i, r in enumerate(rows)
             ]
+            if forms_in(evidence, "smi_q"):
+                try:
+                    q = smi_q(evidence, "pci").gpus
+                except MissingEvidence:  # no -q form with the PCI section: nothing to compare
+                    q = None
+                if q is not None and len(q) == len(csv):
+                    agree(
+                        "nvidia-smi PCIe link maximum",
+                        [
+                            (query_file(evidence), [(r[2], r[4]) for r in csv]),
+                            (Q_FILE, [(g.pcie_gen_max, g.pcie_width_max) for g in q]),
+                        ],
+                    )
+            return csv
     if not forms_in(evidence, "smi_q") and forms_in(evidence, "kernel_log"):
         return []  # a kernel-log-only bundle: judge the "limited by" notices alone
     if not forms_in(evidence, "smi_q"):
@@ -263,7 +279,18 @@ def _gpus(evidence: Evidence, need: str) -> list[tuple[str, dict]]:
             raise
         return [(f"GPU {r.text('index') if 'index' in r.values else i}", _csv_facts(r, need))
                 for i, r in enumerate(rows)]  # fmt: skip
-    return [(_name(g, i), _q_facts(g, need)) for i, g in enumerate(q.gpus)]
+    facts = [(_name(g, i), _q_facts(g, need)) for i, g in enumerate(q.gpus)]
+    # both forms held: they must say the same of each GPU (clocks move from one run to the
+    # next, so only ECC and remapping are compared)
+    if rows is not None and need != "clocks" and len(rows) == len(facts):
+        agree(
+            f"nvidia-smi {need}",
+            [
+                (query_file(evidence), [_csv_facts(r, need) for r in rows]),
+                (Q_FILE, [f for _n, f in facts]),
+            ],
+        )
+    return facts
 
 
 def _csv_rows(evidence: Evidence, need: str):

@@ -147,12 +147,6 @@ EXCEPTIONS = {
         "a line list with no count to check against: a cut log reads as a shorter one "
         "(a timeout, rc 124, is caught)",
     ),
-    # PCI-001 reads -q only where --query-gpu lacks the PCIe fields (it has them here); a
-    # failed -q (timeout, exit code) still makes it ERROR: its output is not trusted at all
-    **{
-        ("nvidia-smi_-q.txt", c, "PCI-001"): ("PASS", "not read: --query-gpu has the PCIe fields")
-        for c in ("empty", "garbage", "truncated")
-    },
     ("apt-mark_showhold.txt", "empty"): (
         "FAIL",
         "nothing held is a real state: the pins are loose",
@@ -403,3 +397,22 @@ def test_rules_a_lost_gpu_leaves_unable_to_judge_name_it_as_the_cause(healthy):
     assert top.reason.endswith(alone.reason)
     assert top.action.startswith("fix GPU-001, PCI-002 first")
     assert rules.verdict(list(found.values())) == "FAIL"
+
+
+@pytest.mark.parametrize(
+    ("need", "rule", "edit"),
+    [
+        ("pci", "PCI-001", ("Max                       : 5", "Max                       : 4")),
+        ("ecc", "ECC-001", ("Current                           : Enabled",
+                            "Current                           : Disabled")),
+    ],
+)  # fmt: skip
+def test_a_q_contradicting_the_query_csv_is_error_naming_both(healthy, need, rule, edit):
+    """Where --query-gpu and -q both carry a section, neither is trusted alone: a -q that
+    says otherwise than the csv is ERROR naming both files, never the csv's PASS."""
+    ev, ctx = healthy
+    q = ev[Q].stdout
+    assert edit[0] in q, f"the healthy -q has no {edit[0]!r}"
+    found = _judge({**ev, Q: ProbeOutput(q.replace(edit[0], edit[1], 1), "", 0)}, ctx, rule)[rule]
+    assert found.status == "ERROR" and "evidence disagrees" in found.reason
+    assert QUERY in found.reason and Q in found.reason
