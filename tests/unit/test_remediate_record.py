@@ -60,7 +60,7 @@ def test_an_escalated_fault_is_marked(tmp_path):
 
 
 def test_error_and_pass_are_no_fault():
-    assert fault_of(_node("n1", "ERROR", "DRV-001"), None) is None  # unknown is never bad
+    assert fault_of(_node("n1", "ERROR", "STK-001"), None) is None  # unknown is never bad
     assert fault_of(_node("n1", "PASS"), None) is None
 
 
