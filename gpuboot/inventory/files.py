@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from gpuboot.errors import ConfigError
-from gpuboot.yamlsafe import SAFE_LOADER
+from gpuboot.yamlsafe import SAFE_LOADER, check_yaml_bounds
 
 # Bounds on what one inventory or vars file may cost to read (Ansible has none: an
 # alias bomb took ~100 s and ~4 GB before it failed).
@@ -229,47 +229,5 @@ def _yaml_document(file: Path, text: str, what: str) -> Any:
 
 
 def _check_yaml_bounds(file: Path, text: str) -> None:
-    """One streaming pass over the YAML events, stopped as soon as a bound is crossed:
-    nesting depth, and the values the document holds once every alias is expanded (a
-    "billion laughs" of nine aliases nine deep is 387 million). An alias inside the
-    collection it names would make Ansible recurse forever."""
-    values = 0
-    open_anchors: list[str | None] = []
-    starts: list[int] = []  # values counted when each open collection began
-    sizes: dict[str, int] = {}  # anchor -> its node's values, once closed
-    for event in yaml.parse(text, Loader=SAFE_LOADER):
-        line = f"{file}:{event.start_mark.line + 1}" if event.start_mark else str(file)
-        if isinstance(event, yaml.CollectionStartEvent):
-            if len(starts) >= MAX_YAML_DEPTH:
-                raise ConfigError(
-                    f"YAML nests deeper than {MAX_YAML_DEPTH} levels",
-                    where=line,
-                    hint="flatten the data",
-                )
-            starts.append(values)
-            open_anchors.append(event.anchor)
-            values += 1
-        elif isinstance(event, yaml.CollectionEndEvent):
-            anchor = open_anchors.pop()
-            size = values - starts.pop()
-            if anchor:
-                sizes[anchor] = size
-        elif isinstance(event, yaml.ScalarEvent):
-            values += 1
-            if event.anchor:
-                sizes[event.anchor] = 1
-        elif isinstance(event, yaml.AliasEvent):
-            if event.anchor in open_anchors:
-                raise ConfigError(
-                    f"YAML alias *{event.anchor} refers to itself (inside &{event.anchor})",
-                    where=line,
-                    hint="write the value out; a recursive value cannot be a variable",
-                )
-            values += sizes.get(event.anchor, 0)  # an undefined alias fails the load
-        if values > MAX_YAML_VALUES:
-            raise ConfigError(
-                f"YAML holds more than {MAX_YAML_VALUES:,} values once its aliases are "
-                "expanded (an alias bomb?)",
-                where=line,
-                hint="write the data out without nested aliases (*name)",
-            )
+    """yamlsafe's bounds at the inventory's own limits: Ansible reads what gpuboot reads."""
+    check_yaml_bounds(text, str(file), max_depth=MAX_YAML_DEPTH, max_values=MAX_YAML_VALUES)
