@@ -4,6 +4,7 @@ evidence collected, reports and certificates written, the join gate applied."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuboot.cli import cert, options
@@ -31,6 +32,11 @@ def register(verbs, common) -> None:
     )
     p.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     p.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
+    p.add_argument(
+        "--textfile-dir",
+        help="also write gpuboot-certify.prom there (node_exporter; merged: the series of "
+        "nodes not in this run stay, those of nodes that left the inventory go)",
+    )
     p.add_argument(
         "--cert-validity-days",
         type=int,
@@ -70,6 +76,8 @@ def run(args) -> Outcome:
         certificate.load_private_key(args.sign_key)
     if args.calibrate:
         preflight.check_output_file(args.calibrate, "--calibrate")
+    if args.textfile_dir:  # written after every node was probed: checked before any
+        preflight.check_output_dir(args.textfile_dir, "--textfile-dir")
     if args.kubeconfig:  # an unusable kubeconfig is bad input: refused before any host
         preflight.check_kubeconfig(args)
     from gpuboot.inventory import load_inventory
@@ -83,8 +91,6 @@ def run(args) -> Outcome:
 
 def _certify_inventory(args, inv) -> Outcome:
     """certify -i: checks and probes, reports, certificates, the gate."""
-    from pathlib import Path
-
     from gpuboot import certify
     from gpuboot.cli import gate, render
     from gpuboot.ids import link_report
@@ -114,6 +120,9 @@ def _certify_inventory(args, inv) -> Outcome:
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
         text += render.partial_text(certs)
+    if args.textfile_dir:
+        run.written["textfile"], warning = _textfile(args, inv, report, certs)
+        text += f"\n{warning}" if warning else ""
     if args.calibrate:
         run.calibration = _calibrate(args, report)
         text += render.calibration_text(run.calibration)
@@ -129,6 +138,22 @@ def _certify_inventory(args, inv) -> Outcome:
         text += render.gate_text(run.gate)
         code = code if gate_ok else EXIT_NODE_FAILED
     return Outcome(code, run.to_dict(), text)
+
+
+def _textfile(args, inv, report, certs: list[Path]) -> tuple[Path, str | None]:
+    """gpuboot-certify.prom for node_exporter, merged with the nodes not in this run."""
+    import json
+
+    from gpuboot.report import prometheus
+
+    issued = {p.stem: json.loads(p.read_bytes()) for p in certs}  # written by this run
+    return prometheus.write_merged(
+        report,
+        Path(args.textfile_dir) / "gpuboot-certify.prom",
+        kind=prometheus.CERTIFY,
+        fleet=set(inv.hosts),
+        certificates=issued,
+    )
 
 
 def _calibrate(args, report) -> dict[str, Any]:

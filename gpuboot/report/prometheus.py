@@ -370,13 +370,14 @@ def merge(
     kind: str = SCAN,
     actions: ScanActions | None = None,
     fleet: set[str] | None = None,
+    certificates: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[str, str | None]:
     """This run's exposition plus the previous file's series of the nodes not in this run
     (text, warning), and the last-judged time of this run's nodes it could not judge.
     ``fleet``: the inventory's hosts; a node that left it is dropped. An unreadable or
     foreign previous file is not merged: the text is this run's alone and the warning
     says why."""
-    ours = _samples(kind, report, {}, now or utc_now(), actions)
+    ours = _samples(kind, report, certificates or {}, now or utc_now(), actions)
     hosts = {n.host for n in report.nodes}
     unjudged = {n.host for n in report.nodes if not judged_any(n)}
     carried = f"gpuboot_{kind}_last_judged_timestamp_seconds"
@@ -410,7 +411,16 @@ def write_merged(
     kind: str = SCAN,
     actions: ScanActions | None = None,
     fleet: set[str] | None = None,
+    certificates: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Path, str | None]:
     """Replace ``path`` with :func:`merge`'s text; (path, warning)."""
-    text, warning = merge(report, path, now=now, kind=kind, actions=actions, fleet=fleet)
+    text, warning = merge(
+        report,
+        path,
+        now=now,
+        kind=kind,
+        actions=actions,
+        fleet=fleet,
+        certificates=certificates,
+    )
     return atomic_write(Path(path), text.encode("utf-8")), warning

@@ -130,12 +130,13 @@ def test_a_good_sign_key_lets_certify_run(fleet, guard, tmp_path, capsys):
     assert [what for what, _, _ in guard] == ["certify collection"]
 
 
+@pytest.mark.parametrize("verb", ["scan", "certify"])
 @pytest.mark.parametrize("kind", ["missing", "a-file"])
-def test_textfile_dir_is_checked_before_any_host(kind, fleet, guard, tmp_path, capsys):
+def test_textfile_dir_is_checked_before_any_host(verb, kind, fleet, guard, tmp_path, capsys):
     target = tmp_path / kind
     if kind == "a-file":
         target.write_text("")
-    code, err = gpuboot(capsys, "scan", "-i", fleet, "--textfile-dir", str(target))
+    code, err = gpuboot(capsys, verb, "-i", fleet, "--textfile-dir", str(target))
     assert_refused(code, err, guard, tmp_path, "--textfile-dir", "not an existing directory")
 
 

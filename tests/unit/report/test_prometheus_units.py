@@ -238,3 +238,22 @@ def test_a_node_that_left_the_inventory_leaves_the_textfile(tmp_path: Path):
     )
     fam = parse(prom.read_text())
     assert {dict(k)["host"] for k in fam["gpuboot_scan_node_verdict"]["samples"]} == {"node1"}
+
+
+def test_certify_textfile_is_merged_with_its_certificates(tmp_path: Path):
+    """certify --textfile-dir: node_certified and the expiry come from the certificates this
+    run issued; the nodes a --limit left out keep their series."""
+    prom = tmp_path / "gpuboot-certify.prom"
+    first = RunReport.from_dict(scan_report(["node1", "node2"], {}))
+    prometheus.write_merged(first, prom, now=NOW, kind=prometheus.CERTIFY)
+    cert = {"verdict": "PASS", "scope": "full", "missing": [], "expires_at": "2026-12-22T10:00:00Z"}
+    again = RunReport.from_dict(scan_report(["node1"], {}))
+    prometheus.write_merged(
+        again, prom, now=NOW, kind=prometheus.CERTIFY, certificates={"node1": cert},
+        fleet={"node1", "node2"},
+    )  # fmt: skip
+    fam = parse(prom.read_text())
+    certified = fam["gpuboot_certify_node_certified"]["samples"]
+    assert certified == {(("host", "node1"),): 1, (("host", "node2"),): 0}
+    expiry = fam["gpuboot_certify_certificate_expiry_timestamp_seconds"]["samples"]
+    assert list(expiry) == [(("host", "node1"),)]
