@@ -410,6 +410,38 @@ def _all_checks(nodes: tuple[NodeReport, ...]) -> str:
     return "<h2>All checks</h2>" + "".join(parts) if parts else ""
 
 
+def is_scan(report: RunReport) -> bool:
+    """A scan's report: its nodes carry drift since their previous scan."""
+    return any(n.drift is not None for n in report.nodes)
+
+
+def _drift(nodes: tuple[NodeReport, ...]) -> str:
+    """A scan's first section: per node what changed since its previous scan, the rules it
+    could not judge and its open RMA escalations; nodes with none of these are counted."""
+    rows, quiet = [], 0
+    for n in sorted(nodes, key=lambda n: host_key(n.host)):
+        d = n.drift
+        new, still, cleared = (d.new, d.still, d.cleared) if d else ((), (), ())
+        rma = [e.fault for e in n.escalations or ()]
+        if not (new or still or cleared or n.unjudged or rma):
+            quiet += 1
+            continue
+        cells = [", ".join(x) or "" for x in (new, still, cleared, n.unjudged, rma)]
+        rows.append(
+            f"<tr><td>{_e(n.host)}</td>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
+        )
+    if not rows:
+        return (
+            f'<h2>Drift since the last scan</h2><p class="none">No change on {quiet} node(s).</p>'
+        )
+    return (
+        "<h2>Drift since the last scan</h2><table><thead><tr><th>Node</th><th>New</th>"
+        "<th>Still failing</th><th>Cleared</th><th>Not judged</th><th>RMA escalation</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + (f'<p class="none">{quiet} other node(s): no change.</p>' if quiet else "")
+    )
+
+
 def render(
     report: RunReport,
     certificates: dict[str, dict[str, Any]] | None = None,
@@ -418,8 +450,10 @@ def render(
 ) -> str:
     certificates = certificates or {}
     nodes = report.nodes
+    scan = is_scan(report)
     body = (
         _header(report, now or utc_now(), certificates)
+        + (_drift(nodes) if scan else "")
         + _summary(nodes)
         + _failures(nodes)
         + _table(nodes, certificates)
@@ -430,7 +464,7 @@ def render(
         + f" · {SKIPPED}: {SKIPPED_MEANING}"
         + "</footer>"
     )
-    title = f"gpuboot certification {report.run_id or ''}".strip()
+    title = f"gpuboot {'scan' if scan else 'certification'} {report.run_id or ''}".strip()
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

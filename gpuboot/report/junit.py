@@ -66,7 +66,8 @@ def _measurement_text(m: dict[str, Any]) -> tuple[str, str]:
 
 
 def build(report: RunReport) -> ET.Element:
-    root = ET.Element("testsuites", name=xml_safe(f"gpuboot certify {report.run_id or ''}"))
+    verb = "scan" if any(n.drift is not None for n in report.nodes) else "certify"
+    root = ET.Element("testsuites", name=xml_safe(f"gpuboot {verb} {report.run_id or ''}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for node in report.nodes:
         host = node.host

@@ -116,3 +116,27 @@ def test_nice_ticks():
     assert nice_ticks(416) == [0, 50, 100, 150, 200, 250, 300, 350, 400, 450]
     assert nice_ticks(65) == [0, 10, 20, 30, 40, 50, 60, 70]
     assert nice_ticks(0) == [0.0, 1.0]
+
+
+def test_a_scan_report_leads_with_its_drift_and_escalations():
+    """A scan's page opens with what changed since the last scan, the rules it could not
+    judge and the open RMA escalations; a certify page has no such section."""
+    from gpuboot.report import html as H
+    from gpuboot.results import Drift, Escalation, NodeReport, RunReport
+
+    esc = Escalation("xid:79@0000:3b:00", "Xid 79", "XID-001", 3, None, "RMA", False)
+    nodes = (
+        NodeReport("node2", "FAIL", (), drift=Drift("t0", new=("NVL-001",)), unjudged=("TOP-001",)),
+        NodeReport("node1", "PASS", (), drift=Drift("t0"), escalations=(esc,)),
+        NodeReport("node3", "PASS", (), drift=Drift("t0")),
+    )
+    page = H.render(RunReport("r-scan", None, None, None, None, nodes))
+    assert "<title>gpuboot scan r-scan</title>" in page
+    drift = page.index("Drift since the last scan")
+    assert drift < page.index("<h2>Summary")
+    table = page[drift : page.index("</table>", drift)]
+    assert table.index("node1") < table.index("node2")  # natural order
+    assert "NVL-001" in table and "TOP-001" in table and "xid:79@0000:3b:00" in table
+    assert "node3" not in table and "1 other node(s): no change." in page
+    certify = H.render(RunReport("r", None, None, None, None, (NodeReport("node1", "PASS", ()),)))
+    assert "Drift since" not in certify and "gpuboot certification r" in certify
