@@ -23,7 +23,10 @@ def register(verbs, common) -> None:
                 default=None,
                 help="bandwidth probing (default: each host's gpuboot_probes, else quick)",
             ),
-            options.k8s(kubeconfig_help="apply the join gate: untaint PASS nodes, cordon others"),
+            options.k8s(
+                kubeconfig_help="apply the join gate: untaint certified nodes, take failing "
+                "ones out within the disruption budget"
+            ),
             options.allow_partial(where="in the --kubeconfig join gate (and in --verify)"),
             # with the old spellings of `gpuboot cert verify|keygen`, kept working
             options.verify(with_flag="with --verify: "),

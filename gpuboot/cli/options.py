@@ -43,9 +43,24 @@ def targets(
     return group
 
 
+# What each probe level measures (gpuboot.probes, checks.pair_phase): the certificate
+# records the level, and a partial one names what its run did not prove.
+PROBE_LEVELS = (
+    "none: state checks only, no bandwidth; quick: nvbandwidth host<->device and "
+    "device<->device copies and all_reduce_perf over every GPU, 3 runs each (median), "
+    "dcgmi diag -r 1, and between node pairs TCP for 1 s and ib_write_bw on the first rail "
+    "only; full: 5 runs each, dcgmi diag -r 3, TCP for 3 s and ib_write_bw on every rail"
+)
+
+
 def probes(*, default: str | None, help: str) -> argparse.ArgumentParser:
     group = _group()
-    group.add_argument("--probes", choices=["none", "quick", "full"], default=default, help=help)
+    group.add_argument(
+        "--probes",
+        choices=["none", "quick", "full"],
+        default=default,
+        help=f"{help}. Levels: {PROBE_LEVELS}",
+    )
     return group
 
 
