@@ -257,8 +257,22 @@ def required_checks(profile: dict[str, Any] | None) -> list[str]:
     return sorted(checks)
 
 
+def unmeasured_rails(profile: dict[str, Any] | None, names: list[str]) -> list[str]:
+    """The profile's rails (its NICs' HCAs) without an ib_write_bw run among the host's
+    evidence files ``names``: a rail the run did not measure is not proven."""
+    from gpuboot.bundle.names import ib_write_bw_file
+
+    nics = ((profile or {}).get("hardware") or {}).get("nics") or []
+    rails = [str(n["hca"]) for n in nics if isinstance(n, dict) and n.get("hca")]
+    ran = {r for r in rails for n in names if n.startswith(ib_write_bw_file(r, "")[:-4])}
+    return [r for r in rails if r not in ran]
+
+
 def scope(
-    findings: list[Finding], level: Any, required: list[str]
+    findings: list[Finding],
+    level: Any,
+    required: list[str],
+    rails_missing: tuple[str, ...] | list[str] = (),
 ) -> tuple[str, list[dict[str, str]]]:
     """(full|partial, what is missing): the probe level, each catalogue rule not judged,
     each required probe not measured within its band (skipped, or not run at all)."""
@@ -278,6 +292,14 @@ def scope(
             missing.append({"check": rule_id, "reason": "not evaluated in this run"})
         elif rule_id in required and f.status not in (PASS, WARN):
             missing.append({"check": rule_id, "reason": f"{f.status}: {f.reason}"})
+        elif rule_id == "BW-005" and rule_id in required and rails_missing:
+            missing.append(
+                {
+                    "check": "BW-005",
+                    "reason": f"rails {', '.join(rails_missing)} not measured (probe level "
+                    f"{level} measures the first rail only: certify with --probes full)",
+                }
+            )
     return (PARTIAL if missing else FULL), missing
 
 
@@ -321,10 +343,12 @@ def issue(
     evidence = _evidence(bundle, host)  # first: refuses a missing or changed bundle
     meta = _meta(bundle / host)
     profile = _profile_name(meta)
-    required = required_checks(_sku(bundle / host, profile, evidence["host_files"]))
+    sku = _sku(bundle / host, profile, evidence["host_files"])
+    required = required_checks(sku)
     findings = sorted(node_report.findings, key=lambda f: f.rule)
     level = meta.get("probes")
-    extent, missing = scope(findings, level, required)
+    names = [k.partition("/")[2] for k in evidence["host_files"]]
+    extent, missing = scope(findings, level, required, unmeasured_rails(sku, names))
     issued = (now or utc_now()).replace(microsecond=0)
     cert: dict[str, Any] = {
         "schema": SCHEMA,

@@ -13,10 +13,13 @@ from typing import Any
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "captures"
 
+IB_WRITE_BW = "ib_write_bw/h100-gdr-roce-200g-dmabuf-a-sweep-197gbps.txt"
 PROBE_FILES = {
     "nvidia-smi_-q.txt": "nvidia_smi_q/h100-hbm3-8gpu-q-535.183.01.txt",
     "ibstat.txt": "ibstat/h100-roce-8x400g-cx7-plus-4x100g-all-active.txt",
     "nvidia-smi_topo_-m.txt": "topo_m/h100-8gpu-12nic-numa-off-all-node.txt",
+    # a full run measures each of the profile's eight rails against a partner
+    **{f"ib_write_bw_-d_mlx5_{i}_gpu-b01.txt": IB_WRITE_BW for i in range(8)},
 }
 NVIDIA_VERSION = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  "

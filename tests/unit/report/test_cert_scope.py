@@ -339,3 +339,23 @@ def test_an_unsigned_manifest_says_so_and_fails_a_check_with_a_key(tmp_path, key
     keyed = evaluate_bundle(str(bundle), pubkey=str(pub(key)))
     assert {n.verdict for n in keyed.nodes} == {"ERROR"}
     assert keyed.manifest.startswith("bundle manifest unsigned")
+
+
+def test_a_rail_the_run_did_not_measure_leaves_the_certificate_partial(tmp_path, key):
+    """Probe level quick measures the first rail only: a rail at half bandwidth elsewhere
+    would pass unseen, so such a certificate is partial, naming the rails not measured."""
+    from .sample import IB_WRITE_BW, PROBE_FILES
+
+    quick = {k: v for k, v in PROBE_FILES.items() if "ib_write_bw" not in k}
+    quick["ib_write_bw_-d_mlx5_0_gpu-b01.txt"] = IB_WRITE_BW
+    bundle = make_bundle(tmp_path, ["gpu-a01"], probes=quick, level="quick")
+    cert = certificate.issue(NodeReport.from_dict(node_report()), bundle, key, now=NOW)
+    assert cert["scope"] == "partial"
+    [gap] = [m for m in cert["missing"] if m["check"] == "BW-005"]
+    assert gap["reason"].startswith("rails mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6")
+    assert "--probes full" in gap["reason"]
+    every = make_bundle(tmp_path / "full", ["gpu-a01"], level="full")
+    assert (
+        certificate.issue(NodeReport.from_dict(node_report()), every, key, now=NOW)["scope"]
+        == "full"
+    )
