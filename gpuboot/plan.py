@@ -26,6 +26,7 @@ from gpuboot.evidence.packages import (
     installed_versions,
 )
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
+from gpuboot.node_collect import check_deadlines, host_deadline
 from gpuboot.remote import AnswerTooLarge, RemoteTimeout, run_with_deadline
 from gpuboot.report._util import host_key
 from gpuboot.runner import failure_reason, last_line
@@ -104,6 +105,8 @@ def plan(inventory: str | Path | Inventory, *, limit: str | None = None) -> dict
 def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
     """The plan of ``hosts`` of the loaded inventory, each reached through certify's
     transport (gpuboot.transport), all in parallel."""
+    for name in hosts:  # a bad deadline is bad input: refused before any host
+        check_deadlines(name, inv.views[name].vars, str(inv.path))
     connect = transport.connector(inv)
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         nodes = list(pool.map(lambda name: _plan_node(inv, name, connect), hosts))
@@ -132,8 +135,10 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
     streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
     query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
     try:
+        # the host's own collection deadline applies: a slow node an operator knows of
+        deadline = host_deadline(hostvars, "gpuboot_collect_timeout", READ_TIMEOUT_S)
         cmd = run_with_deadline(
-            host, query, READ_TIMEOUT_S, "reading installed packages", max_bytes=MAX_FILE_BYTES
+            host, query, deadline, "reading installed packages", max_bytes=MAX_FILE_BYTES
         )
     except (RemoteTimeout, AnswerTooLarge) as exc:
         return {"host": name, "error": exc.message}
