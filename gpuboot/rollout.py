@@ -176,18 +176,25 @@ def resume_command(inventory: str | Path, run_id: str) -> str:
 # What --resume reads from a record, and the type each must have.
 RECORD_KEYS = {"inventory": str, "check": bool, "failed": list, "pending": list}
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+RECORD_MAX = 16 << 20  # a rollout of thousands of hosts is well under 1 MiB
 
 
 def read_record(path: Path) -> dict[str, Any]:
     """A rollout record, checked; ValueError names the line or key that is wrong."""
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+    from gpuboot.errors import ConfigError
+    from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
+
+    try:  # a regular file within the cap: a FIFO or a huge file is no record
+        data = read_capped_bytes(path, RECORD_MAX, "rollout record", hint="")
+        doc = loads_json_bounded(data.decode("utf-8"))
+    except ConfigError as exc:
+        raise ValueError(exc.message) from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg})") from None
-    except OSError as exc:
-        raise ValueError(f"unreadable ({exc.strerror or exc})") from None
+    except ValueError as exc:  # nested past the bound
+        raise ValueError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ValueError(f"not a JSON object but {type(doc).__name__}")
     for key, kind in RECORD_KEYS.items():

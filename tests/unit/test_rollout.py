@@ -153,3 +153,21 @@ def test_settings_survive_a_record_and_spell_a_complete_command(tmp_path):
         "gpuboot install -i 'inv dir/hosts.yml' --limit rack1 --tags driver,cuda --serial 2 "
         "--max-fail 10% --kubeconfig '/etc/k 1' --drain-timeout 900 --allow-reboot"
     )
+
+
+def test_a_record_that_is_a_fifo_or_nested_deep_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    import os
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GPUBOOT_RUNS", str(runs))
+    inv = tmp_path / "inv.yml"
+    _record(runs, "20260101T000000-install-aaaaaa", inv, hosts=["n1"], failed=["n1"])
+    (runs / "20260102T000000-install-fifo01").mkdir()
+    os.mkfifo(runs / "20260102T000000-install-fifo01" / "rollout.json")
+    (runs / "20260103T000000-install-deep01").mkdir()
+    (runs / "20260103T000000-install-deep01" / "rollout.json").write_text("[" * 5000 + "]" * 5000)
+    warned: list[str] = []
+    found = rollout.resume_from(inv, "latest", warn=warned.append)
+    assert found.run_id == "20260101T000000-install-aaaaaa"
+    assert any("not a regular file" in w for w in warned)
+    assert any("nests deeper" in w for w in warned)
