@@ -19,6 +19,7 @@ read is an error naming the fix, never taken as "closed".
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from collections.abc import Iterable, Iterator, Mapping
@@ -38,6 +39,7 @@ MIN_NODES = 3
 MIN_SHARE = 0.2
 STATE_NAME = "breaker.json"
 HISTORY_SUFFIX = ".breaker.json"  # the state beside a scan history other than the default
+STATE_MAX = 16 << 20  # a breaker per rule: a few KB
 STATE_VERSION = 1
 CLOSED_KEPT = 50  # resets remembered in the state file, newest last
 SUSPECT = "suspect the rule, profile, probe or a rollout before the hardware"
@@ -261,14 +263,16 @@ class BreakerState:
         )
 
     def _read(self) -> dict[str, Any]:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
+
+        if not os.path.lexists(self.path):
             return {"version": STATE_VERSION, "open": {}, "closed": []}
-        except OSError as exc:
-            raise paths.fs_error(exc, f"breaker state {self.path}") from exc
+        try:  # a regular file within the cap: a FIFO or a link is no state of ours
+            data = read_capped_bytes(self.path, STATE_MAX, "breaker state", hint="")
+        except ConfigError as exc:
+            raise self._corrupt(exc.message) from None
         try:
-            doc = json.loads(data)
+            doc = loads_json_bounded(data)
         except ValueError as exc:
             raise self._corrupt(f"not JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from gpuboot import locks, paths
 from gpuboot.k8s.patch import read_actions
 from gpuboot.remediate.ladder import RELEASE, RUNGS, Past
+from gpuboot.yamlsafe import loads_json_bounded
 
 HISTORY_NAME = "remediation-history.jsonl"
 HISTORY_SUFFIX = ".remediation.jsonl"  # beside a scan history other than the default
@@ -57,9 +59,17 @@ def append(history: Path, records: Iterable[dict[str, Any]]) -> None:
 def read(history: Path) -> list[dict[str, Any]]:
     """The records in the file's tail; a line that is not a record is skipped (a torn
     write, an edit), never trusted half."""
-    try:
-        with open(history, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
+    try:  # O_NONBLOCK: a FIFO does not wait for a writer; only a regular file is read
+        fd = os.open(history, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise paths.fs_error(
+                    OSError(f"{history} is not a regular file"),
+                    f"remediation history {history}",
+                    hint=HINT,
+                )
+            fh.seek(max(0, st.st_size - TAIL_BYTES))
             data = fh.read()
     except FileNotFoundError:
         return []
@@ -68,8 +78,8 @@ def read(history: Path) -> list[dict[str, Any]]:
     out = []
     for line in data.splitlines():
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = loads_json_bounded(line)
+        except ValueError:  # torn, edited, or nested past the bound
             continue
         if isinstance(rec, dict) and isinstance(rec.get("host"), str):
             out.append(rec)

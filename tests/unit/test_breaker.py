@@ -221,6 +221,7 @@ def test_concurrent_trips_all_land(tmp_path):
         '{"version": 1, "open": {"XID-001": {"rule": "XID-001"}}, "closed": []}',
         '{"version": 1, "open": {"NVL-001": {"rule": "XID-001", "reason": "r", "nodes": [],'
         ' "judged": 1, "opened_at": "t"}}, "closed": []}',
+        "[" * 5000 + "]" * 5000,  # nested past the bound: no RecursionError
     ],
 )
 def test_a_corrupt_state_is_an_error_naming_the_fix_never_closed(tmp_path, text):
@@ -264,3 +265,13 @@ def test_a_history_s_directory_keeps_its_mode(tmp_path):
     BreakerState(breaker.state_for(shared / "h.jsonl")).trip([_trip()])
     assert os.stat(shared).st_mode & 0o777 == 0o755  # only the state file is private
     assert os.stat(shared / "h.jsonl.breaker.json").st_mode & 0o777 == 0o600
+
+
+def test_a_state_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    import os
+
+    path = tmp_path / "breaker.json"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError) as err:
+        BreakerState(path).open_rules()
+    assert "not a regular file" in err.value.message

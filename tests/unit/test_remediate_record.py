@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpuboot.k8s import labels as L
 from gpuboot.remediate import ladder as LD
 from gpuboot.remediate import record
@@ -86,3 +88,19 @@ def test_a_step_in_both_the_file_and_the_annotation_counts_once():
     a = [LD.Past(100.0, "reboot", "passed", "f")]
     b = [LD.Past(100.4, "reboot", "passed", ""), LD.Past(200.0, "reinstall", "failed", "f")]
     assert [p.step for p in record.merged(a, b)] == ["reboot", "reinstall"]
+
+
+def test_a_deep_line_is_skipped_and_a_fifo_history_refused(tmp_path):
+    import os
+
+    from gpuboot.errors import GpubootError
+
+    h = tmp_path / record.HISTORY_NAME
+    record.append(h, [{**record.entry("reboot", "passed", "f", at=100), "host": "n1"}])
+    with open(h, "a") as fh:
+        fh.write("[" * 5000 + "]" * 5000 + "\n")
+    assert [r["host"] for r in record.read(h)] == ["n1"]
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(GpubootError, match="not a regular file"):
+        record.read(fifo)
