@@ -288,7 +288,13 @@ def _judge_slowest(
 def _ib_value(text: str) -> float:
     res = parse_ib_write_bw(text)
     bws = [r.bw_average_gbits_s for r in res.runs if r.bw_average_gbits_s is not None]
-    if res.errors and not bws:
+    if res.aborted:  # the sizes before the abort are no measurement of the link
+        rows = sum(len(r.rows) for r in res.runs)
+        raise ProbeFailed(
+            f"ib_write_bw aborted after {rows} row(s): {'; '.join(res.errors[-3:])}; the rows "
+            "printed before the abort are not a measurement"
+        )
+    if res.errors:  # as the pair phase reads a run (probes/pairs.py): any error is no result
         raise ProbeFailed(f"ib_write_bw failed: {res.errors[0]}")
     if not bws:
         raise ProbeFailed("ib_write_bw printed no bandwidth row")

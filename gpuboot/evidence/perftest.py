@@ -4,7 +4,9 @@ Bandwidth is normalised to Gb/s (gigabits/s). perftest prints MB/sec unless run 
 ``--report_gbits``; its MB is read as 10^6 bytes (decimal, like its Gb: 1 MB/sec = 0.008
 Gb/sec), not as a MiB, and the unit seen is kept in ``reported_unit``. Server and
 client output may be concatenated in one file: each "BW Test" block is one ``PerftestRun``.
-A run that failed to connect has ``errors`` and no rows: a failure, never a zero.
+A run that failed to connect has ``errors`` and no rows: a failure, never a zero. A run that
+aborted part way (a completion error, "Failed to complete run_iter_bw") printed rows for the
+sizes before it: ``aborted`` names the abort, and those rows are not a measurement.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class PerftestResult:
     runs: tuple[PerftestRun, ...]
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
+    aborted: str | None = None  # the first error printed after a bandwidth row
 
     @property
     def failed(self) -> bool:
@@ -95,6 +98,7 @@ def parse_ib_write_bw(text: str) -> PerftestResult:
     runs: list[dict] = []
     errors: list[str] = []
     warnings: list[str] = []
+    aborted: str | None = None
     for raw in text.splitlines():
         line = raw.strip()
         if not line or set(line) <= {"-", "*"}:
@@ -140,12 +144,15 @@ def parse_ib_write_bw(text: str) -> PerftestResult:
             warnings.append(line)
         elif _ERROR.search(line) and "GPU buffer" not in line:
             errors.append(line)
+            if aborted is None and any(r["rows"] for r in runs):
+                aborted = line
     result = PerftestResult(
         runs=tuple(
             PerftestRun(r["test"], r["settings"], r["unit"], tuple(r["rows"])) for r in runs
         ),
         errors=tuple(errors),
         warnings=tuple(warnings),
+        aborted=aborted,
     )
     if result.failed and not errors:
         raise ParseError(

@@ -64,3 +64,17 @@ def test_rdma_cm_failure_is_failure_not_zero(read):
 def test_garbage_raises(text):
     with pytest.raises(ParseError):
         parse_ib_write_bw(text)
+
+
+def test_run_aborted_after_rows_names_the_abort(read):
+    """Rows for 16 sizes, then a completion error: the run aborted, its rows stay readable."""
+    r = parse_ib_write_bw(read(D + "h200-roce-a-sweep-aborted-completion-error-status10.txt"))
+    (run,) = r.runs
+    assert len(run.rows) == 16 and run.rows[-1].bw_average_gbits_s == 381.41
+    assert r.aborted == "Completion with error at client"
+    assert r.errors[-1] == "Failed to complete run_iter_bw function successfully"
+
+
+def test_a_failed_connection_is_no_abort(read):
+    r = parse_ib_write_bw(read(D + "rdma-cm-connection-failure-unexpected-cm-event.txt"))
+    assert r.failed and r.aborted is None
