@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from gpuboot.cli.outcome import Outcome
-from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK
+from pathlib import Path
+
+from gpuboot.cli.outcome import Outcome, progress
+from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
+
+# Files a run directory (runs/<id>/) holds beside its bundle/ and reports/; a bundle's
+# top level holds MANIFEST.json and one directory per host, never these.
+RUN_DIR_MARKERS = ("report.json", "results.json", "rollout.json")
 
 
 def register(verbs, common) -> None:
     ev = verbs.add_parser(
         "evaluate", parents=[common], help="re-evaluate an evidence bundle offline"
     )
-    ev.add_argument("--bundle", required=True)
+    ev.add_argument(
+        "--bundle",
+        required=True,
+        metavar="DIR",
+        help="the evidence bundle, or the run directory holding it (runs/<id>/: its bundle/)",
+    )
     ev.add_argument("--profile", help="SKU profile to judge against (default: from meta.json)")
     ev.add_argument(
         "--ignore-manifest",
@@ -33,7 +44,7 @@ def run(args) -> Outcome:
 
     report = link_report(
         certify.evaluate_bundle(
-            args.bundle,
+            str(bundle_dir(Path(args.bundle), progress(args))),
             profile=args.profile,
             ignore_manifest=args.ignore_manifest,
             pubkey=args.pubkey,
@@ -41,3 +52,22 @@ def run(args) -> Outcome:
     )
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED
     return Outcome(code, report.to_dict(), render.verdict_text(report))
+
+
+def bundle_dir(given: Path, note) -> Path:
+    """The bundle to judge: ``given`` itself, or the ``bundle/`` of the run directory it
+    names (a run's reports/ and report.json are no hosts to judge)."""
+    if (given / "MANIFEST.json").exists() or not any(
+        (given / m).is_file() for m in RUN_DIR_MARKERS
+    ):
+        return given  # a bundle (or nothing: evaluate names what is wrong with it)
+    inner = given / "bundle"
+    if inner.is_dir() and not inner.is_symlink():
+        note(f"{given} is a run directory: judging its evidence bundle {inner}")
+        return inner
+    raise BadInput(
+        "is a run directory without an evidence bundle (bundle/): a run kept its bundle "
+        "elsewhere (certify --bundle-dir), or it was not a certify or scan run",
+        where=str(given),
+        hint='pass the bundle directory itself (the run\'s report.json names it: "bundle")',
+    )
