@@ -131,7 +131,7 @@ def collect_nodes(
     deadlines = {
         n: host_deadline(targets[n][1], "gpuboot_pair_timeout", PAIR_DEADLINE_S) for n in ok
     }
-    run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}, deadlines))
+    run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}, deadlines), deadlines)
     return store
 
 

@@ -37,8 +37,14 @@ def _rails(entry: dict) -> list[str]:
     return hcas if entry["meta"].get("probes") == "full" else hcas[:1]
 
 
-def run_pair_probes(entries: dict[str, dict[str, Any]], run: pairs.Runner) -> None:
-    """Mutates each entry: evidence gets the pair files, meta gets ``pairs``."""
+def run_pair_probes(
+    entries: dict[str, dict[str, Any]],
+    run: pairs.Runner,
+    deadlines: dict[str, float] | None = None,
+) -> None:
+    """Mutates each entry: evidence gets the pair files, meta gets ``pairs``. ``deadlines``
+    (host -> seconds, the runner's) bound each pair's node-side tool timeout."""
+    known = deadlines or {}
     for kind in ("tcp_bw", "ib_write_bw"):
         hosts = _eligible(entries, kind)
         if not hosts:
@@ -56,7 +62,8 @@ def run_pair_probes(entries: dict[str, dict[str, Any]], run: pairs.Runner) -> No
         for rail, spec in specs.items():
 
             def one(pair: tuple[str, str], suffix="", spec=spec, ad=addresses, fb=fail_below):
-                return pairs.run_pair(spec, pair[0], pair[1], ad, run, fb, suffix)
+                limit = pairs.tool_timeout(*(known.get(h) for h in pair))
+                return pairs.run_pair(spec, pair[0], pair[1], ad, run, fb, suffix, limit)
 
             runs: list[pairs.PairRun] = []
             for rnd in pairs.ring_rounds(hosts):

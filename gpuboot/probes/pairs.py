@@ -34,13 +34,24 @@ SERVER_HEAD_START_S = 0.5
 # A side's deadline, kept by the controller: the tools' own `timeout 60` on the node, ssh
 # set-up and margin. A host's `gpuboot_pair_timeout` overrides it.
 PAIR_DEADLINE_S = 120
+TOOL_TIMEOUT_S = 60  # the node's own `timeout` on a pair tool
+TOOL_TIMEOUT_MIN_S = 5
+SSH_MARGIN_S = 5  # of a side's deadline: ssh set-up and the answer's way back
+
+
+def tool_timeout(*deadlines: float | None) -> int:
+    """The node-side `timeout` of a pair's tools: within the shorter deadline of its two
+    hosts, so a partner of a hung node stops waiting for it when the controller does,
+    not a minute later."""
+    known = [d - SSH_MARGIN_S for d in deadlines if d is not None]
+    return int(max(TOOL_TIMEOUT_MIN_S, min([TOOL_TIMEOUT_S, *known])))
 
 
 @dataclass(frozen=True)
 class PairSpec:
     kind: str  # "ib_write_bw" or "tcp_bw"
-    server_cmd: str
-    client_cmd: Callable[[str], str]  # peer address -> command
+    server_cmd: Callable[[int], str]  # the node's tool timeout -> command
+    client_cmd: Callable[[str, int], str]  # peer address, tool timeout -> command
     file: Callable[[str], str]  # peer name -> evidence file name
     value: Callable[[ProbeOutput, ProbeOutput], float]  # (server, client) -> measured figure
 
@@ -69,8 +80,8 @@ def ib_spec(hca: str, seconds: int = 2) -> PairSpec:
 
     return PairSpec(
         "ib_write_bw",
-        f"timeout 60 {base}",
-        lambda peer: f"timeout 60 {base} {peer}",
+        lambda limit: f"timeout {limit} {base}",
+        lambda peer, limit: f"timeout {limit} {base} {peer}",
         lambda peer: ib_write_bw_file(hca, peer),
         value,
     )
@@ -79,8 +90,8 @@ def ib_spec(hca: str, seconds: int = 2) -> PairSpec:
 def tcp_spec(seconds: float = 1.0) -> PairSpec:
     return PairSpec(
         "tcp_bw",
-        tcpbw.server_command(),
-        lambda peer: tcpbw.client_command(peer, seconds),
+        lambda limit: tcpbw.server_command(limit=limit),
+        lambda peer, limit: tcpbw.client_command(peer, seconds, limit=limit),
         tcp_bw_file,
         lambda srv, _cli: tcpbw.parse_tcpbw(srv.stdout).gbits_s,
     )
@@ -115,12 +126,16 @@ def run_pair(
     run: Runner,
     fail_below: float,
     suffix: str = "",
+    limit: int = TOOL_TIMEOUT_S,
 ) -> PairRun:
+    """One measurement between ``server`` and ``client``; ``limit`` is the node-side
+    timeout of both tools (tool_timeout)."""
     box: dict[str, tuple[ProbeOutput, bool]] = {}
-    t = threading.Thread(target=lambda: box.setdefault("s", _side(run, server, spec.server_cmd)))
+    srv_cmd = spec.server_cmd(limit)
+    t = threading.Thread(target=lambda: box.setdefault("s", _side(run, server, srv_cmd)))
     t.start()
     time.sleep(SERVER_HEAD_START_S)
-    cli, cli_late = _side(run, client, spec.client_cmd(addresses.get(server, server)))
+    cli, cli_late = _side(run, client, spec.client_cmd(addresses.get(server, server), limit))
     t.join()  # the runner returns within the server's deadline
     # a runner that raised on the server side said nothing: the pair failed, nobody late
     srv, srv_late = box.get("s", (ProbeOutput("", "server side did not finish", 124), False))

@@ -63,12 +63,12 @@ def _prog() -> str:
     return f'python3 -c "$(echo {code} | base64 -d)"'
 
 
-def server_command(port: int = PORT) -> str:
-    return f"timeout 60 {_prog()} server {port}"
+def server_command(port: int = PORT, limit: int = 60) -> str:
+    return f"timeout {limit} {_prog()} server {port}"
 
 
-def client_command(peer: str, seconds: float, port: int = PORT) -> str:
-    return f"timeout 60 {_prog()} client {shlex.quote(peer)} {port} {seconds:g}"
+def client_command(peer: str, seconds: float, port: int = PORT, limit: int = 60) -> str:
+    return f"timeout {limit} {_prog()} client {shlex.quote(peer)} {port} {seconds:g}"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ evaluate's judging of a large bundle, in workers ended at the same deadline."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -32,7 +33,8 @@ PINS = (
     "gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_probes: quick, "
     "nvidia_driver_branch: '550', nvidia_driver_version: 550.54.15-1"
 )
-TCP_PROBE = tcpbw.server_command().removesuffix(f" server {tcpbw.PORT}")  # either side's
+# either side's program, after the node-side `timeout N`
+TCP_PROBE = tcpbw.server_command().removesuffix(f" server {tcpbw.PORT}").split(" ", 2)[2]
 BUNDLES = REPO / "tests" / "fixtures" / "bundles"
 RELEASE = threading.Event()  # set when a test ends: a hung fake lets go of its thread
 
@@ -114,6 +116,29 @@ def test_a_pair_probe_client_that_never_returns_is_error_and_the_run_finishes(
 
 
 TCP_RULE = next(r.id for r in rules.RULES if "tcp_bw_*" in r.evidence)
+
+
+def test_a_pairs_node_side_tools_end_within_the_shorter_deadline_of_its_hosts(
+    tmp_path, monkeypatch
+):
+    """A partner of a hung node stops waiting for it when the controller does: n2's pairs
+    run their tools under `timeout 5` (n2's 10 s less the ssh margin), n1-n3's under 60."""
+    inv = inventory(tmp_path, monkeypatch, "gpuboot_pair_timeout: 10")
+    seen: list[tuple[str, str]] = []
+
+    class Recording(Node):
+        def __init__(self, name: str):
+            super().__init__()
+            self.name = name
+
+        def run(self, command: str):
+            if TCP_PROBE in command:
+                seen.append((self.name, command))
+            return super().run(command)
+
+    engine.run(str(inv), transport=lambda name, _hv: Recording(name))
+    limits = {(host, re.search(r"timeout (\d+) ", cmd)[1]) for host, cmd in seen}
+    assert limits == {("n1", "5"), ("n2", "5"), ("n3", "5"), ("n1", "60"), ("n3", "60")}, seen
 
 
 def test_a_node_whose_judging_never_finishes_is_error_and_the_others_are_judged(
