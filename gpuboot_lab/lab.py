@@ -7,6 +7,8 @@ after a failed ``up``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import re
@@ -14,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -173,17 +175,18 @@ def up(
     if shutil.which("ssh-keygen") is None:
         raise RunError("ssh-keygen is not installed", hint="run `make setup`")
 
-    progress("node image: checking (first build takes about 90 s)")
-    images = {"debian": ensure_image()}
-    for os_name in sorted(set(node_oses) - {"debian"}):
-        progress(f"{os_name} node image: checking (first build takes about 30 s more)")
-        images[os_name] = ensure_el_image(os_name.removeprefix("el"))
-    progress("package repository: checking")
-    repo = ensure_repo()
-    rpm_repo = None
-    if "redhat" in families:
-        progress("rpm repository: checking (first build takes about 20 s)")
-        rpm_repo = ensure_rpm_repo()
+    with _shared_parts_lock():  # two `lab up`s at once (parallel tests) build them once
+        progress("node image: checking (first build takes about 90 s)")
+        images = {"debian": ensure_image()}
+        for os_name in sorted(set(node_oses) - {"debian"}):
+            progress(f"{os_name} node image: checking (first build takes about 30 s more)")
+            images[os_name] = ensure_el_image(os_name.removeprefix("el"))
+        progress("package repository: checking")
+        repo = ensure_repo()
+        rpm_repo = None
+        if "redhat" in families:
+            progress("rpm repository: checking (first build takes about 20 s)")
+            rpm_repo = ensure_rpm_repo()
 
     lab = Lab(name=name, profile=hw_profile["name"], stack=stack)
     lab.dir.mkdir(parents=True, exist_ok=True)
@@ -195,6 +198,20 @@ def up(
         down(name)
         raise
     return lab
+
+
+@contextlib.contextmanager
+def _shared_parts_lock() -> Iterator[None]:
+    """Hold the lock on the parts every lab shares (node images, package repositories):
+    they are built in place under GPUBOOT_HOME, and a second builder would race the first."""
+    path = paths.home() / "lab-parts.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _create(
