@@ -70,8 +70,10 @@ test-fast: $(STAMPS)/venv
 test-gate: test-fast $(STAMPS)/system $(STAMPS)/promtool lint
 	$(BIN)/python -m pytest tests -m "$(UNIT) and subprocess" -x -q
 
+# Two workers, a test module each at a time (its lab goes with it): lab tests mostly wait on
+# nodes booting and on ssh, so two of them share the two cores well.
 test-lab: test-gate $(STAMPS)/image
-	$(BIN)/python -m pytest tests -m "lab or molecule or browser" --durations=40
+	$(BIN)/python -m pytest tests -m "lab or molecule or browser" -n 2 --dist loadfile --durations=40
 
 test-unit: $(STAMPS)/venv
 	$(BIN)/python -m pytest tests -m "$(UNIT)"
