@@ -200,3 +200,19 @@ def allow_partial(*, where: str = "") -> argparse.ArgumentParser:
         "no pair partner or no probes)" + (f" {where}" if where else ""),
     )
     return group
+
+
+# The verbs whose summary an operator pastes into a ticket (gpuboot.cli.render).
+FORMAT_VERBS = ("certify", "evaluate", "scan", "status")
+
+
+def add_text_format(verbs) -> None:
+    """--format text|markdown on FORMAT_VERBS (--json stays the machine's document)."""
+    for name in FORMAT_VERBS:
+        verbs.choices[name].add_argument(
+            "--format",
+            choices=("text", "markdown"),
+            default="text",
+            help="text: a table fitted to the terminal; markdown: the summary to paste into "
+            "a ticket (fleet line, table, a block per node not passed, fix commands)",
+        )
