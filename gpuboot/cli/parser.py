@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plugin_verbs(verbs, common)
     for verb in VERBS:
         verb.register(verbs, common)
+    options.add_text_format(verbs)
     return p
 
 
