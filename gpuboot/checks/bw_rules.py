@@ -81,8 +81,18 @@ def _judge(figure: str, samples: list[float], ctx: NodeContext, detail: str = ""
     return Result(m["status"], text + (f"; {detail}" if detail else ""), measurements=[m])
 
 
+# The SM-copy testcase of each copy-engine one the probes run: the same copy over the same link,
+# judged against the same band (a hand-run `nvbandwidth -t ..._sm` or an all-testcase run).
+NVBW_SM_TESTS = {
+    "nvbandwidth_h2d": "host_to_device_memcpy_sm",
+    "nvbandwidth_d2h": "device_to_host_memcpy_sm",
+    "nvbandwidth_d2d": "device_to_device_memcpy_read_sm",
+}
+_NVBW_JUDGED = frozenset(NVBW_TESTS.values()) | frozenset(NVBW_SM_TESTS.values())
+
+
 def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
-    test = NVBW_TESTS[figure]
+    tests = (NVBW_TESTS[figure], NVBW_SM_TESTS[figure])
 
     def check(evidence: Evidence, ctx: NodeContext) -> Result:
         if figure == "nvbandwidth_d2d" and int(ctx.hardware["gpu"]["count"]) < 2:
@@ -90,33 +100,46 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         if mig := _mig_on(ctx):
             return mig
         _precondition(evidence)
-        samples, worst = [], ""
+        samples, worst, unjudged = [], "", set()
         gpus = gpu_inventory(evidence)
         for name, form, out in forms_in(evidence, "nvbandwidth"):
             if why := tool_failure("nvbandwidth", out):
                 raise ProbeFailed(why, where=name)
             # three figures (h2d, d2h, d2d) read each run: parsed once, in whichever form
             run = parsed(parser_of("nvbandwidth", form), out.stdout)
-            case = next((t for t in run.tests if t.name == test), None)
-            if case is None:
-                continue
-            if case.status != "Passed":
-                raise ProbeFailed(f"{test} {case.status}", where=name)
-            cells = [(i, j, v) for i, row in enumerate(case.matrix) for j, v in enumerate(row)]
-            vals = [c for c in cells if c[2] is not None]
-            if not vals:
-                raise ProbeFailed(f"{test}: empty matrix", where=name)
-            width = max(len(row) for row in case.matrix)  # a column per GPU measured
-            if gpus is not None and width < gpus:
-                raise incomplete(f"{test} measured {width} of the node's {gpus} GPUs", name)
-            i, j, low = min(vals, key=lambda c: c[2])
-            samples.append(low)
-            worst = f"slowest {'GPU ' + str(j) if len(case.matrix) == 1 else f'pair {i}->{j}'}"
+            unjudged |= {t.name for t in run.tests if t.name not in _NVBW_JUDGED}
+            for case in (t for t in run.tests if t.name in tests):
+                samples.append(_nvbw_case(case, name, gpus))
+                worst = samples[-1][1]
         if not samples:
-            return _absent(ctx, "cuda_toolkit_version", f"nvbandwidth {test}")
-        return _judge(figure, samples, ctx, worst)
+            return _absent(ctx, "cuda_toolkit_version", f"nvbandwidth {tests[0]}")
+        if unjudged:  # said, never silently dropped: no profile band measures them
+            names = sorted(unjudged)
+            more = f" (+{len(names) - 4} more)" if len(names) > 4 else ""
+            worst += f"; not judged (no band): {', '.join(names[:4])}{more}"
+        return _judge(figure, [low for low, _w in samples], ctx, worst)
 
     return check
+
+
+def _nvbw_case(case, name: str, gpus: int | None) -> tuple[float, str]:
+    """(slowest cell, where) of one passed testcase; ERROR for one that did not pass (waived,
+    or stopped by nvbandwidth's own assertion), is empty or measured fewer GPUs than the
+    node has."""
+    test = case.name
+    if case.status != "Passed":
+        why = f": {case.error}" if case.error else ""
+        raise ProbeFailed(f"{test} {case.status}{why}", where=name)
+    cells = [(i, j, v) for i, row in enumerate(case.matrix) for j, v in enumerate(row)]
+    vals = [c for c in cells if c[2] is not None]
+    if not vals:
+        raise ProbeFailed(f"{test}: empty matrix", where=name)
+    width = max(len(row) for row in case.matrix)  # a column per GPU measured
+    if gpus is not None and width < gpus:
+        raise incomplete(f"{test} measured {width} of the node's {gpus} GPUs", name)
+    i, j, low = min(vals, key=lambda c: c[2])
+    where = f"pair {i}->{j}" if len(case.matrix) > 1 else f"GPU {j}"
+    return low, f"slowest {where} ({test})"
 
 
 def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:

@@ -2,7 +2,9 @@
 
 Each testcase keeps its status ("Passed", "Waived", ...) and its bandwidth matrix in GB/s
 (latency tests are in ns: see ``unit``). Waived tests (e.g. device-to-device on a single
-GPU) are facts, not errors; a matrix cell "N/A" is None.
+GPU) are facts, not errors; a matrix cell "N/A" is None. A testcase nvbandwidth stopped on its
+own check ("ASSERT in expression ...", "[CUDA_ERROR_...] ... in expression ...") has status
+"Error" and the line in ``error``: no measurement.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from gpuboot.evidence._common import require_text
 from gpuboot.yamlsafe import loads_json_bounded
 
 TOOL = "nvbandwidth"
+# its error_handling.h: ASSERT(x) and CU_ASSERT/CUDA_ASSERT print "... in expression <x> in ..."
+_ASSERT = re.compile(r"^(?:ASSERT in expression|\[CUDA_ERROR_\w+\])")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class NvbwTest:
     average: float | None = None
     minimum: float | None = None
     maximum: float | None = None
+    error: str | None = None  # nvbandwidth's own assertion that stopped the testcase
 
     @property
     def passed(self) -> bool:
@@ -114,6 +119,7 @@ def parse_nvbandwidth_text(text: str) -> Nvbandwidth:
                     _unit(cur["desc"]),
                     tuple(cur["matrix"]),
                     cur["sum"],
+                    error=cur["error"],
                 )
             )
 
@@ -129,9 +135,18 @@ def parse_nvbandwidth_text(text: str) -> Nvbandwidth:
             cuda = int(line.split(":", 1)[1].strip())
         elif m := _RUN.match(line):
             close()
-            cur = {"name": m.group(1), "desc": None, "matrix": [], "sum": None, "status": None}
+            cur = {
+                "name": m.group(1),
+                "desc": None,
+                "matrix": [],
+                "sum": None,
+                "status": None,
+                "error": None,
+            }
         elif cur is None:
             continue
+        elif _ASSERT.search(line):
+            cur["status"], cur["error"] = "Error", cur["error"] or line
         elif m := _SUM.match(line):
             cur["sum"] = float(m.group(2))
         elif "waived" in line.lower():

@@ -75,3 +75,26 @@ def test_garbage_json_raises(text):
 def test_garbage_text_raises(text):
     with pytest.raises(ParseError):
         parse_nvbandwidth_text(text)
+
+
+def test_own_assertion_stops_a_testcase_as_error(read):
+    r = parse_nvbandwidth_text(
+        read("nvbandwidth_text/a100-sxm4-80gb-8gpu-v0.7-d2d-read-ce-assert-pattern.txt")
+    )
+    (t,) = r.tests
+    assert t.name == "device_to_device_memcpy_read_ce" and t.status == "Error"
+    assert t.error.startswith("ASSERT in expression h_errorFlag == 0") and not t.matrix
+
+
+def test_cuda_error_stops_a_testcase_as_error(read):
+    r = parse_nvbandwidth_text(
+        read("nvbandwidth_text/rtx3080-1gpu-v0.8-d2h-ce-cuda-error-invalid-context.txt")
+    )
+    (t,) = r.tests
+    assert t.status == "Error" and t.error.startswith("[CUDA_ERROR_INVALID_CONTEXT]")
+
+
+def test_sm_copy_testcase_reads_like_the_ce_one(read):
+    r = parse_nvbandwidth_text(read("nvbandwidth_text/a100-sxm4-40gb-1gpu-v0.8-h2d-sm-25GBps.txt"))
+    (t,) = r.tests
+    assert t.name == "host_to_device_memcpy_sm" and t.passed and t.matrix == ((25.13,),)
