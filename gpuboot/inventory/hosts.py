@@ -48,9 +48,11 @@ class HostView:
 def check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, HostView]:
     """Every host's profile and software choice, checked before any host is touched, and
     its view; every broken compatibility rule of every host is reported at once."""
+    from gpuboot.report.extent import check_inventory_policies
     from gpuboot.stacks import check_stack
 
     _check_os_families(path, hosts)
+    check_inventory_policies(path, hosts)  # gpuboot_accept_partial: known gap names only
     problems: list[str] = []
     fixes: list[str] = []
     views: dict[str, HostView] = {}
