@@ -168,7 +168,8 @@ def _needs_ofed(ctx: NodeContext) -> str | None:
 
 @dataclass(frozen=True)
 class _Port:
-    """One NIC port as any of ibstat / ibstatus / ibv_devinfo shows it (None: not shown)."""
+    """One NIC port as any of ibstat / ibstatus / ibv_devinfo / rdma link shows it (None: not
+    shown)."""
 
     device: str
     port: int
@@ -196,6 +197,13 @@ def _nic_ports(form: str, text: str) -> tuple[_Port, ...]:
             _Port(p.device, p.port, None, (p.state or "").upper() == "ACTIVE",
                   None if p.phys_state is None else p.phys_state == "LinkUp",
                   p.rate_gbits_s, p.link_layer)
+            for p in parse(text)
+        )  # fmt: skip
+    if form == "rdma link":
+        return tuple(
+            _Port(p.device, p.port, None, p.active,
+                  None if p.physical_state is None else p.physical_state == "LINK_UP",
+                  None, None)
             for p in parse(text)
         )  # fmt: skip
     return tuple(
@@ -228,12 +236,12 @@ _ONE_DEVICE = re.compile(r"_(?:-d_)?(mlx\d+_\d+|ibp\w+)")
 
 
 def check_nics(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
-    """Every profile NIC port Active/LinkUp at its rate, from ibstat, ibstatus or ibv_devinfo
-    (whichever the evidence holds; where two show the same port they must agree). Ports are
-    matched by (CA type, rate) counts, not names: mlx5_N numbering differs between chassis,
-    and extra ports (frontend Ethernet) are not the compute fabric. A form that does not
-    print the CA type (ibstatus) or the rate (ibv_devinfo without -v) is judged on what it
-    prints."""
+    """Every profile NIC port Active/LinkUp at its rate, from ibstat, ibstatus, ibv_devinfo or
+    `rdma link` (whichever the evidence holds; where two show the same port they must agree).
+    Ports are matched by (CA type, rate) counts, not names: mlx5_N numbering differs between
+    chassis, and extra ports (frontend Ethernet) are not the compute fabric. A form that does
+    not print the CA type (ibstatus, rdma link) or the rate (ibv_devinfo without -v, rdma
+    link) is judged on what it prints."""
     if why := _needs_ofed(ctx):
         return not_applicable(why)
     found = forms_in(evidence, "nics")

@@ -47,6 +47,7 @@ from gpuboot.evidence.packages import (
     parse_showhold,
 )
 from gpuboot.evidence.perftest import parse_ib_write_bw
+from gpuboot.evidence.rdma_link import parse_rdma_link
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
 from gpuboot.evidence.topo import parse_topo_matrix
 
@@ -101,6 +102,7 @@ FORMS: dict[str, tuple[tuple[str, str, Parser | None], ...]] = {
         ("ibstatus*", "ibstatus", parse_ibstatus),
         ("ibstat*", "ibstat", parse_ibstat),  # after ibstatus: the name starts alike
         ("ibv_devinfo*", "ibv_devinfo", parse_ibv_devinfo),
+        ("rdma_link*", "rdma link", parse_rdma_link),  # state only, no rate
     ),
     "mlnx_qos": (("mlnx_qos_-i_*", "mlnx_qos", parse_mlnx_qos),),
     "roce_ecn": (("sys_class_net_*_ecn_enable*", "sysfs", parse_ecn_enable),),
@@ -159,7 +161,7 @@ PREFER: dict[str, tuple[str, ...]] = {
     "smi_q": ("text", "xml"),
     "nvlink_s": ("nvidia-smi", "dcgmi"),
     "nvlink_e": ("nvidia-smi", "dcgmi"),
-    "nics": ("ibstat", "ibstatus", "ibv_devinfo"),
+    "nics": ("ibstat", "ibstatus", "ibv_devinfo", "rdma link"),
 }
 
 
