@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from gpuboot.ui import host_ranges, printable, table
@@ -181,25 +180,80 @@ def _skipped_text(nodes: tuple[NodeReport, ...], named: int = 5) -> str:
     )
 
 
-def _remediate_text(nodes: tuple[NodeReport, ...], named: int = 5) -> str:
-    """Per failed rule that tasks make true, the install that runs them alone (ids.link_report
-    linked it to the findings), once with the nodes it concerns."""
-    groups: dict[str, list[str]] = {}
-    for node in nodes:
-        for f in node.findings:
-            if command := node.remedy(f).get("remediate"):
-                groups.setdefault(command, []).append(node.host)
+def _remediate_text(nodes: tuple[NodeReport, ...], inventory: str | None) -> str:
+    """Per failed rule that tasks make true (ids.link_report linked it to the findings), the
+    complete install that runs them alone on the nodes it failed on."""
+    from gpuboot.report.ticket import fix_commands
+
     return "".join(
-        f"\n  remediate: {command} on {_on(hosts, named)}" for command, hosts in groups.items()
+        f"\n  remediate {fix['rule']} (tasks {', '.join(fix['tasks'])}) on {fix['on']}: "
+        f"{fix['command']}"
+        for fix in fix_commands(nodes, inventory)
     )
 
 
-def verdict_text(report: RunReport | BundleReport) -> str:
+# ---------------------------------------------------------------- width
+MIN_WIDTH = 80
+
+
+def terminal_width() -> int | None:
+    """The terminal's columns (COLUMNS first, at least MIN_WIDTH); None when stdout is no
+    terminal and COLUMNS is unset: a log or a pipe keeps every cell whole."""
+    import os
+    import sys
+
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit():
+        return max(MIN_WIDTH, int(cols))
+    try:
+        return max(MIN_WIDTH, os.get_terminal_size(sys.stdout.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def fit_table(headers, rows, width: int | None) -> str:
+    """ui.table within ``width`` columns: the widest columns are cut to one cap, their cells
+    ending in "…" (--json keeps the full text)."""
+    from gpuboot.ui import clip
+
+    cells = [[printable("" if c is None else str(c), one_line=True) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    gaps = 2 * (len(headers) - 1)
+    if width is None or sum(widths) + gaps <= width:
+        return table(headers, cells)
+    cap = max(widths)
+    while cap > 1 and sum(min(w, cap) for w in widths) + gaps > width:
+        cap -= 1
+    floor = [min(w, max(cap, len(h))) for w, h in zip(widths, headers, strict=True)]
+    return table(headers, [[clip(c, floor[i]) for i, c in enumerate(r)] for r in cells])
+
+
+def wants_markdown(args) -> bool:
+    return getattr(args, "format", None) == "markdown"
+
+
+def table_text(args, headers, rows) -> str:
+    """A verb's table: Markdown under --format markdown, else capped to the terminal."""
+    if wants_markdown(args):
+        from gpuboot.report.ticket import markdown_table
+
+        return markdown_table(headers, rows)
+    return fit_table(headers, rows, terminal_width())
+
+
+def verdict_text(report: RunReport | BundleReport, args=None) -> str:
     """Failing nodes first, one row each with their first failed check; passing nodes with
     identical results folded into one row; then the other failed checks, the remediations
-    and the skipped checks."""
+    (complete commands: ``args.inventory``), the skipped checks and the one-line fleet
+    summary. Long per-link reasons are folded and the table fits the terminal (--json
+    keeps every reason whole). ``args.format`` markdown: the run as Markdown."""
     from gpuboot.report._util import host_key
+    from gpuboot.report.fold import fold_reason
+    from gpuboot.report.ticket import fleet_line, verdict_markdown
 
+    inventory = getattr(args, "inventory", None)
+    if wants_markdown(args):
+        return verdict_markdown(report, inventory, verb=f"gpuboot {getattr(args, 'verb', '')}")
     rows, passed = [], {}
     # failures first; PASS nodes folded below
     order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2}
@@ -214,33 +268,40 @@ def verdict_text(report: RunReport | BundleReport) -> str:
                 node.host,
                 node.verdict,
                 f"{first.rule} {first.title}" if first else "",
-                first.reason if first else _checks_summary(node),
+                fold_reason(first.reason) if first else _checks_summary(node),
             )
         )
     for summary, hosts in passed.items():  # identical results: one row ("node[1-37]")
         count = f"{len(hosts)} nodes: " if len(hosts) > 1 else ""
         rows.append((host_ranges(hosts), Status.PASS, "", count + summary))
-    text = table(("node", "verdict", "failed check", "reason"), rows)
+    text = fit_table(("node", "verdict", "failed check", "reason"), rows, terminal_width())
     for node in report.nodes:
         host = printable(node.host, one_line=True)
         for (status, reason), rules_ in _by_reason(_not_passed(node)[1:]).items():
             what = " ".join(rules_) if len(rules_) > 1 else f"{rules_[0]}"
-            text += f"\n  {host}: {status} {what}: {reason}"
-    text += _remediate_text(report.nodes)
+            text += f"\n  {host}: {status} {what}: {fold_reason(reason)}"
+    text += _remediate_text(report.nodes, inventory)
     text += _skipped_text(report.nodes)
     if report.bundle:
         text += f"\nevidence bundle: {report.bundle}"
-    return text
+    return text + f"\n{fleet_line(report.nodes)}"
+
+
+# a certificate this run wrote that cannot be read back: the run directory was tampered with
+CERT_HINT = "certify the node again; keep the run directory as gpuboot wrote it"
 
 
 def partial_text(paths: list[Any]) -> str:
     """One line per certificate that is partial (the run proved less than the SKU requires):
     verify and the join gate refuse it."""
     from gpuboot.report.certificate import partial
+    from gpuboot.status import MAX_CERT_BYTES
+    from gpuboot.yamlsafe import read_capped_json
 
     text = ""
     for path in paths:
-        if gap := partial(json.loads(path.read_text())):
+        cert = read_capped_json(path, MAX_CERT_BYTES, "certificate", hint=CERT_HINT)
+        if gap := partial(cert if isinstance(cert, dict) else {}):
             text += f"\n  {path.stem}: PARTIAL certificate ({gap}): does not certify the node"
     return text
 

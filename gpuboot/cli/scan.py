@@ -124,8 +124,9 @@ def _scan_inventory(args, inv) -> Outcome:
     result, run = _judge(args, inv)
     report = result.report
     code = result.exit_code()  # new drift, not judged, still failing (gpuboot/scan.py)
-    text = render.verdict_text(report)
-    text += "".join(f"\n{line}" for line in scan.drift_lines(report.nodes))
+    text = render.verdict_text(report, args)
+    if not render.wants_markdown(args):  # Markdown shows the drift in each node's block
+        text += "".join(f"\n{line}" for line in scan.drift_lines(report.nodes))
     text += f"\nhistory: {result.history_path}; report: {run.written['html']}"
     tripped = _trip(result, run)
     text += "".join(f"\n{line}" for line in tripped.alerts())

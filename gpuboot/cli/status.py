@@ -1,10 +1,16 @@
-"""`gpuboot status`: per node, from the controller's runs and scan history (no SSH)."""
+"""`gpuboot status`: per node, from the controller's runs and scan history (no SSH); with a
+node and --history, that node's timeline."""
 
 from __future__ import annotations
 
 from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome, progress
 from gpuboot.errors import EXIT_OK
+
+# `--history` alone asks for the node's timeline; with a value it names the scan history
+# (as every other verb's --history FILE does), and asks for the timeline too when a node
+# is given.
+TIMELINE = "timeline"
 
 
 def register(verbs, common) -> None:
@@ -17,9 +23,22 @@ def register(verbs, common) -> None:
                 inventory_help="only this inventory's nodes",
                 limit_help="Ansible host pattern (with -i)",
             ),
-            options.history(),
         ],
-        help="per node: last certify, certificate expiry, stack, last scan, drift (no SSH)",
+        help="per node: last certify, certificate expiry, stack, last scan, drift (no SSH); "
+        "with NODE --history: that node's timeline",
+    )
+    stv.add_argument(
+        "node",
+        nargs="?",
+        help="one node: its row; with --history its timeline (installs, certifications, "
+        "scans, reboots, faults, escalations, releases, remediation), oldest first",
+    )
+    stv.add_argument(
+        "--history",
+        nargs="?",
+        const=TIMELINE,
+        metavar="FILE",
+        help=f"with NODE: show its timeline. FILE: the {options.HISTORY_HELP}",
     )
     stv.set_defaults(func=run)
 
@@ -28,14 +47,27 @@ def run(args) -> Outcome:
     from pathlib import Path
 
     from gpuboot import status
-    from gpuboot.ui import table
+    from gpuboot.cli import render
 
-    hosts = None
+    history = Path(args.history) if args.history not in (None, TIMELINE) else None
+    if args.node and args.history:
+        from gpuboot import timeline
+
+        doc = timeline.node_timeline(args.node, history=history, warn=progress(args))
+        return Outcome(EXIT_OK, doc, render.table_text(args, timeline.HEADERS, timeline.rows(doc)))
+    if args.history == TIMELINE:
+        from gpuboot.errors import BadInput
+
+        raise BadInput(
+            "--history without a FILE shows one node's timeline: name the node",
+            where="gpuboot status --history",
+            hint="gpuboot status node1 --history (or --history FILE for another scan history)",
+        )
+    hosts = [args.node] if args.node else None
     if args.inventory:
         from gpuboot.inventory import load_inventory, select_hosts
 
         hosts = select_hosts(load_inventory(args.inventory), args.limit)
-    doc = status.fleet_status(
-        hosts, history=Path(args.history) if args.history else None, warn=progress(args)
-    )
-    return Outcome(EXIT_OK, doc, table(status.HEADERS, status.rows(doc)))
+        hosts = [h for h in hosts if h == args.node] if args.node else hosts
+    doc = status.fleet_status(hosts, history=history, warn=progress(args))
+    return Outcome(EXIT_OK, doc, render.table_text(args, status.HEADERS, status.rows(doc)))

@@ -213,4 +213,5 @@ def test_certify_table_puts_failures_first_and_folds_passing_nodes():
         ["node[1-11,13-29,31-37]", "PASS"],
     ]
     assert rows[2].endswith("35 nodes: 1 checks passed")
-    assert len(rows) == 3
+    # then the one-line fleet summary, failing nodes first with their rule
+    assert rows[3:] == ["37 nodes: 35 PASS, 1 FAIL, 1 ERROR — node12 GPU-001, node30 GPU-001"]

@@ -38,11 +38,12 @@ def test_evaluate_json_links_a_failed_rule_to_its_tasks(tmp_path, capsys):
     assert errors and not any("fix_tasks" in f for f in errors)  # the harness, not the node
 
 
-def test_evaluate_text_says_how_to_remediate(tmp_path, capsys):
+def test_evaluate_text_says_how_to_remediate_with_a_complete_command(tmp_path, capsys):
     out = _evaluate(tmp_path, capsys)
-    line = next(ln for ln in out.splitlines() if "remediate:" in ln)
-    assert line.strip().startswith("remediate: gpuboot install --tags STK-001 (tasks ")
-    assert line.endswith(" on gpu-a01")
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("remediate STK-001"))
+    assert line.strip().startswith("remediate STK-001 (tasks ")
+    # evaluate knows no inventory: the operator names theirs; the node is limited to
+    assert line.endswith(": gpuboot install -i INVENTORY --limit gpu-a01 --tags STK-001")
 
 
 def _report() -> dict:
