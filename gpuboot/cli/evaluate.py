@@ -51,7 +51,7 @@ def run(args) -> Outcome:
         )
     )
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED
-    return Outcome(code, report.to_dict(), render.verdict_text(report))
+    return Outcome(code, report.to_dict(), render.verdict_text(report, args))
 
 
 def bundle_dir(given: Path, note) -> Path:
