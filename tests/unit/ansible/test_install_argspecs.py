@@ -24,12 +24,18 @@ PLAY = yaml.safe_load((paths.PLAYBOOKS_DIR / "install.yml").read_text())[0]
 def _imports() -> list[tuple[str, str]]:
     """(role, entry point) of every import_role of the play, in order."""
     found = []
-    for section in ("pre_tasks", "tasks", "post_tasks"):
-        for task in PLAY.get(section, []):
+
+    def walk(tasks: list[dict]) -> None:
+        for task in tasks:
+            for part in ("block", "rescue", "always"):  # the roles sit in the lease's block
+                walk(task.get(part, []))
             role = task.get("ansible.builtin.import_role")
             if role:
                 assert role.get("rolespec_validate") is False, task["name"]
                 found.append((role["name"], role.get("tasks_from", "main")))
+
+    for section in ("pre_tasks", "tasks", "post_tasks"):
+        walk(PLAY.get(section, []))
     return found
 
 
