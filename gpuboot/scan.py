@@ -16,7 +16,10 @@ puts a node back: only `gpuboot certify` (bandwidth probes, a certificate) does 
 A rule the harness could not judge (ERROR: an unreachable node, a probe that timed out) is
 neither drift nor a fix: it is listed as not judged, and the node's last known state of that
 rule carries over to the next scan. Each record also keeps the node's boot id and hardware
-faults, from which gpuboot.escalation turns a fault back after N reboots into an RMA.
+faults, from which gpuboot.escalation turns a fault back after N reboots into an RMA, and its
+error counters (``counters``: the groups read, the counts above 0), from which gpuboot.trends
+warns of a counter growing faster than the SKU's rate, or a bandwidth drifting down, over the
+node's own scans (rules TRD-001..005: WARN, never FAIL).
 
 Exit codes (a scheduler tells new trouble from old): 0 nothing failing; 1 new drift (a rule
 newly failing, a first scan's failures, a new RMA escalation); 4 nothing new, but a node or
@@ -27,6 +30,7 @@ nothing new. 2 and 3 keep their meaning (bad input, the run broke).
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import json
 import os
@@ -39,8 +43,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from gpuboot import escalation, locks, paths
-from gpuboot.errors import BadInput
+from gpuboot import escalation, locks, paths, trends
+from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
 from gpuboot.results import Drift, NodeReport, RunReport
@@ -102,9 +106,25 @@ def _problem(rec: Any) -> str | None:
             return "has a 'state' whose 'known' is not rule -> status"
         try:
             escalation.FaultHistory.from_json(state)
+            if "trends" in state:
+                trends.Window.from_json(state["trends"])
         except ValueError as exc:
             return f"has a 'state' that {exc}"
     return None
+
+
+def _sample(rec: dict[str, Any]) -> trends.Sample | None:
+    """The counters a scan record kept, or None where it kept none (an older scan, a node
+    that could not be read) or kept them malformed: the node's trends skip that scan."""
+    counters = rec.get("counters")
+    if not isinstance(counters, dict):
+        return None
+    boot = rec.get("boot_id")
+    doc = [rec["time"], boot if isinstance(boot, str) else None]
+    try:
+        return trends.Sample.from_json([*doc, counters.get("read"), counters.get("values"), 1])
+    except ValueError:
+        return None
 
 
 class NodeHistory:
@@ -117,12 +137,15 @@ class NodeHistory:
         self.last: dict[str, Any] | None = None
         self.known: dict[str, str] = {}
         self.faults = escalation.FaultHistory()
+        self.window = trends.Window()  # its counters' samples of this boot, its figures
 
     def add(self, rec: dict[str, Any]) -> None:
         escalated = rec.get("escalated") if isinstance(rec.get("escalated"), list) else ()
         if STATE in rec:
             self.known = dict(rec[STATE]["known"])
             self.faults = escalation.FaultHistory.from_json(rec[STATE], escalated)
+            if "trends" in rec[STATE]:
+                self.window = trends.Window.from_json(rec[STATE]["trends"])
             self.last = {k: v for k, v in rec.items() if k != STATE}
             return
         known = {r: s for r, s in rec["failing"].items() if s != Status.ERROR}
@@ -138,6 +161,9 @@ class NodeHistory:
             escalated,
             rec.get("gpus") if isinstance(rec.get("gpus"), dict) else None,
         )
+        if (sample := _sample(rec)) is not None:
+            self.window.add(sample)
+        self.window.add_figures(rec["time"], rec.get("figures"))
 
     def release(self) -> None:
         """An operator released the node: no escalation stays open, and a fault counts its
@@ -155,7 +181,8 @@ class NodeHistory:
         its latest record (LAST_KEPT) and the folded state; nothing reads older records."""
         assert self.last is not None
         last = {k: v for k, v in self.last.items() if k in LAST_KEPT}
-        return {**last, STATE: {**self.faults.to_json(), "known": self.known}}
+        state = {**self.faults.to_json(), "known": self.known, "trends": self.window.to_json()}
+        return {**last, STATE: state}
 
 
 class _Trend:
@@ -539,9 +566,65 @@ def _figures(node: NodeReport) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for m in node.measurements:
         value = m.get("value")
+        if m.get("kind") == "counter":  # a counter (NIC-005): its growth is in ``counters``
+            continue
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.setdefault(str(m.get("name")), [value, m.get("unit"), m.get("fail_below")])
     return out
+
+
+def _bundle_profile(host_dir: Path) -> dict[str, Any] | None:
+    """The SKU profile the node's evidence was judged against (meta.json names it), or None
+    where the bundle does not say (an unreachable node): its trends are not judged then."""
+    from gpuboot.bundle.names import META
+    from gpuboot.bundle.profile import bundle_profile
+    from gpuboot.bundle.store import read_file_capped
+
+    try:
+        meta = json.loads(read_file_capped(host_dir / META))
+        name = meta.get("profile") if isinstance(meta, dict) else None
+        files = {name: read_file_capped(host_dir / name)} if _own_file(host_dir, name) else {}
+        return bundle_profile(host_dir.name, meta, files)
+    except (GpubootError, ValueError, OSError):
+        return None
+
+
+def _own_file(host_dir: Path, name: Any) -> bool:
+    """A profile kept as a file of the host directory (a SKU variant), not a shipped name."""
+    from gpuboot.bundle.names import is_safe_name
+
+    return is_safe_name(name) and os.path.lexists(host_dir / name)
+
+
+def _with_trends(
+    node: NodeReport,
+    past: NodeHistory | None,
+    host_dir: Path | None,
+    scanned: tuple[str, str | None],
+    profile: dict[str, Any] | None = None,
+) -> tuple[NodeReport, dict[str, Any] | None]:
+    """``node`` with its trend findings (gpuboot.trends: WARN, never FAIL) and the counters
+    its record keeps (None: nothing read). ``scanned``: this scan's time and the node's boot
+    id. The node's folded window is not changed: the record, appended, folds in later."""
+    stamp, boot_id = scanned
+    sample = trends.observe_bundle(host_dir, node.measurements) if host_dir else None
+    if profile is None and host_dir is not None:
+        profile = _bundle_profile(host_dir)
+    fresh = sample is not None and bool(sample.read or sample.values)
+    window = copy.deepcopy(past.window) if past else trends.Window()
+    if sample is not None and fresh:
+        sample.time, sample.boot_id = stamp, boot_id
+        window.add(sample)
+    else:  # this scan read no counter: none is judged on an earlier scan's reading
+        window.samples = []
+    figures = _figures(node)
+    window.add_figures(stamp, figures)
+    found = trends.judge(window, profile, figures) if profile else []
+    if found:
+        warned = any(f.status == Status.WARN for f in found)
+        verdict = Status.WARN if warned and node.verdict == Status.PASS else node.verdict
+        node = replace(node, findings=(*node.findings, *found), verdict=verdict)
+    return node, (sample.to_record() if sample is not None and fresh else None)
 
 
 def scan(
@@ -587,6 +670,12 @@ def scan(
                 )
                 moved = drift(now, past.baseline() if past else None)
                 node = escalation.apply(replace(judged, drift=moved, unjudged=unjudged(now)), found)
+                node, counters = _with_trends(
+                    node,
+                    past,
+                    bundle / judged.host if bundle else None,
+                    (stamp, seen.boot_id),
+                )
                 nodes.append(node)
                 records.append(
                     {
@@ -602,6 +691,7 @@ def scan(
                         "escalated": [e.fault for e in found],
                         "gpus": seen.parts,
                         "figures": _figures(node),
+                        **({"counters": counters} if counters else {}),
                     }
                 )
             lines = [json.dumps(r, sort_keys=True).encode() + b"\n" for r in records]

@@ -155,6 +155,7 @@ def validate(data: Any, where: str) -> dict[str, Any]:
                     hint="every NIC needs " + ", ".join(NIC_KEYS),
                 )
     _validate_topology(data["hardware"], where)
+    _validate_trends(data.get("trends"), where)
     mig = data["hardware"]["mig"]
     if mig["supported"]:
         profiles = mig.get("profiles")
@@ -204,6 +205,93 @@ def _validate_topology(hw: dict[str, Any], where: str) -> None:
 
 
 _SCHEMA = "see gpuboot/profiles/README.md for the schema"
+_TRENDS_HINT = "see gpuboot/profiles/README.md, 'Trends (scan)'"
+
+
+def _number(value: Any, low: float, high: float, *, integer: bool = False) -> bool:
+    kinds = (int,) if integer else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool) and low <= value <= high
+
+
+def _source(conf: dict[str, Any], key: str, where: str) -> None:
+    """Every threshold says where its number comes from."""
+    if not isinstance(conf.get("source"), str) or not conf["source"].strip():
+        raise ConfigError(
+            f"{key}.source must say where the number comes from",
+            where=f"{where}: {key}.source",
+            hint='e.g. source: "NVIDIA DCGM ... " or "operator default: <the reasoning>"',
+        )
+
+
+def _validate_trends(trends: Any, where: str) -> None:
+    """Optional ``trends`` (gpuboot.trends, scan's early warning): window_hours, min_scans
+    and per counter a rate per hour, each with its source; bandwidth_drop a fraction."""
+    from gpuboot.trends import COUNTERS, RETENTION_HOURS
+
+    if trends is None:
+        return
+    key = "trends"
+    if not isinstance(trends, dict):
+        raise ConfigError(f"{key} must be a mapping", where=f"{where}: {key}", hint=_TRENDS_HINT)
+    checks = (
+        (
+            "window_hours",
+            _number(trends.get("window_hours"), 0.01, RETENTION_HOURS),
+            f"a number of hours above 0 and at most {RETENTION_HOURS}",
+        ),
+        (
+            "min_scans",
+            _number(trends.get("min_scans"), 2, 1000, integer=True),
+            "a whole number of scans, at least 2 (a rate needs two readings)",
+        ),
+    )
+    for name, ok, rule in checks:
+        if not ok:
+            raise ConfigError(
+                f"{key}.{name} must be {rule}, got {trends.get(name)!r}",
+                where=f"{where}: {key}.{name}",
+                hint=_TRENDS_HINT,
+            )
+    rates = trends.get("rates", {})
+    if not isinstance(rates, dict):
+        raise ConfigError(
+            f"{key}.rates must be a mapping", where=f"{where}: {key}.rates", hint=_TRENDS_HINT
+        )
+    for counter, conf in rates.items():
+        at = f"{key}.rates.{counter}"
+        if counter not in COUNTERS:
+            raise ConfigError(
+                f"{at}: no such counter",
+                where=f"{where}: {at}",
+                hint=f"counters: {', '.join(COUNTERS)}",
+            )
+        if not isinstance(conf, dict) or not _number(conf.get("per_hour"), 0, 1e15):
+            got = conf.get("per_hour") if isinstance(conf, dict) else conf
+            raise ConfigError(
+                f"{at}.per_hour must be a number of counts per hour, 0 or more, got {got!r}",
+                where=f"{where}: {at}.per_hour",
+                hint=f'{at}: {{per_hour: 100, source: "..."}}',
+            )
+        _source(conf, at, where)
+    drop = trends.get("bandwidth_drop")
+    if drop is not None:
+        at = f"{key}.bandwidth_drop"
+        if not isinstance(drop, dict) or not _number(drop.get("fraction"), 0.001, 0.999):
+            raise ConfigError(
+                f"{at}.fraction must be a fraction between 0 and 1 (0.05: 5% below the "
+                "node's own median)",
+                where=f"{where}: {at}.fraction",
+                hint=_TRENDS_HINT,
+            )
+        if not _number(drop.get("min_scans"), 2, 1000, integer=True):
+            raise ConfigError(
+                f"{at}.min_scans must be a whole number of measured scans, at least 2, got "
+                f"{drop.get('min_scans')!r}",
+                where=f"{where}: {at}.min_scans",
+                hint=_TRENDS_HINT,
+            )
+        _source(drop, at, where)
+
 
 # path -> ((mtime, size), validated profile): evaluate reads one profile per node.
 _LOADED: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
