@@ -1,0 +1,262 @@
+"""The executor's side of a shard (``gpuboot-executor-worker``, ``python -m
+gpuboot.executor.supervisor``): ``ansible-runner worker`` supervised.
+
+``run`` starts the worker in a session of its own with an environment reduced to an
+allow-list (the worker sends its whole environment back in its first status line and in
+its artifacts), spools its stream to ``<job>/stream`` and forwards the spool to stdout
+without ever blocking on it: when the controller goes away the job goes on into the spool
+(``--on-detach finish``) or is cancelled (``--on-detach cancel``), and ``attach`` sends
+the spool again from any offset. SIGTERM or SIGINT (or ``cancel``) asks the worker to
+cancel, which returns its artifacts; whatever of the job is still running after the grace
+period, or after the worker ended however it ended, is killed by pid and process group.
+The job's data directory (the transmitted inventory, variables and keys) is removed at
+every end; the spool waits for ``release`` or the collector. The supervisor's last line on
+the stream, after the worker's, says how the worker ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from gpuboot.errors import GpubootError
+from gpuboot.executor import jobs, procs
+from gpuboot.executor.stream import JOB_ID, ON_DETACH
+from gpuboot.executor.versions import local_versions
+from gpuboot.executor.wire import TRAILER_KEY
+
+# What the worker (and ansible-playbook under it) may see of the supervisor's environment;
+# the job's own variables come in the stream.
+ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR")
+_CHUNK = 64 * 1024
+# A controller that takes no bytes for this long has gone: the rest stays in the spool.
+FORWARD_STALL_S = 30.0
+
+
+def scrubbed_env(environ: dict[str, str]) -> dict[str, str]:
+    env = {k: environ[k] for k in ENV_ALLOWED if k in environ}
+    venv_bin = str(Path(sys.executable).parent)  # ansible-playbook beside our interpreter
+    path = env.get("PATH", "/usr/bin:/bin")
+    env["PATH"] = path if venv_bin in path.split(os.pathsep) else f"{venv_bin}{os.pathsep}{path}"
+    return env
+
+
+class _Forward:
+    """The spool, sent to stdout as far as the controller takes it, never blocking."""
+
+    def __init__(self, spool: Path, on_detach: str, cancel: threading.Event):
+        self._fd = os.open(spool, os.O_RDONLY | os.O_CLOEXEC)
+        self.sent = 0
+        self.attached = True
+        self._on_detach = on_detach
+        self._cancel = cancel
+        os.set_blocking(1, False)
+
+    def want(self, spooled: int) -> bool:
+        return self.attached and self.sent < spooled
+
+    def send(self, spooled: int) -> None:
+        data = os.pread(self._fd, min(_CHUNK, spooled - self.sent), self.sent)
+        try:
+            self.sent += os.write(1, data)
+        except BlockingIOError:
+            pass
+        except OSError:  # the controller went away
+            self.attached = False
+            if self._on_detach == "cancel":
+                self._cancel.set()
+
+
+def _pump_stdin(pipe: IO[bytes]) -> None:
+    """The transmitted job into the worker (it reads up to the stream's own end)."""
+    try:
+        while chunk := os.read(0, _CHUNK):
+            pipe.write(chunk)
+            pipe.flush()
+    except (OSError, ValueError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
+
+
+def _start_worker(job: jobs.Job, keepalive_s: str, lock_fd: int) -> subprocess.Popen:
+    job.data.mkdir(mode=0o700)
+    with (job.dir / "worker.err").open("wb") as err:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ansible_runner", "worker"),
+                *("--private-data-dir", str(job.data), "--keepalive-seconds", keepalive_s),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=scrubbed_env(dict(os.environ)),
+            start_new_session=True,
+            pass_fds=(lock_fd,),  # the job stays live while its worker lives
+        )
+
+
+def _write_meta(job: jobs.Job, **fields: object) -> None:
+    doc = json.loads(job.meta.read_text()) if job.meta.exists() else {}
+    job.meta.write_text(json.dumps({**doc, **fields}))
+
+
+def serve(job: jobs.Job, keepalive_s: str, on_detach: str, grace_s: float, lock_fd: int) -> None:
+    procs.become_subreaper()
+    cancel = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: cancel.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed session is a detach, not an end
+    worker = _start_worker(job, keepalive_s, lock_fd)
+    _write_meta(job, supervisor_pid=os.getpid(), worker_pid=worker.pid, started=time.time())
+    threading.Thread(target=_pump_stdin, args=(worker.stdin,), daemon=True).start()
+    out = worker.stdout.fileno()
+    ended: list[int] = []
+    with job.spool.open("ab") as spool:
+        forward = _Forward(job.spool, on_detach, cancel)
+        spooled, asked_at, closed = 0, None, False
+        while not closed:
+            if cancel.is_set() and asked_at is None:
+                asked_at = time.monotonic()
+                with contextlib.suppress(ProcessLookupError):
+                    worker.send_signal(signal.SIGTERM)  # runner cancels, returns artifacts
+            if asked_at is not None and time.monotonic() - asked_at > grace_s and not ended:
+                ended = procs.end_tree(os.getpid())
+            writable = [1] if forward.want(spooled) else []
+            ready, can_write, _ = select.select([out], writable, [], 0.2)
+            if ready:
+                chunk = os.read(out, _CHUNK)
+                closed = not chunk
+                spool.write(chunk)
+                spool.flush()
+                spooled += len(chunk)
+            if can_write:
+                forward.send(spooled)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(grace_s)
+        ended += procs.end_tree(os.getpid())  # ansible-playbook and its workers, orphaned
+        worker.wait()
+        shutil.rmtree(job.data, ignore_errors=True)
+        trailer = {
+            "worker_exit": worker.returncode,
+            "canceled": cancel.is_set(),
+            "detached": not forward.attached,
+            "ended_pids": ended,
+        }
+        line = json.dumps({TRAILER_KEY: trailer}).encode() + b"\n"
+        spool.write(line)
+        spool.flush()
+        spooled += len(line)
+    _write_meta(job, ended=time.time(), **trailer)
+    stalled_since = time.monotonic()
+    while forward.want(spooled) and time.monotonic() - stalled_since < FORWARD_STALL_S:
+        sent = forward.sent
+        if select.select([], [1], [], 0.5)[1]:
+            forward.send(spooled)
+        if forward.sent != sent:
+            stalled_since = time.monotonic()
+
+
+def attach(job: jobs.Job, offset: int) -> int:
+    """The spool from ``offset`` to its end, following it while the job is live."""
+    if not job.spool.exists():
+        print(f"no stream for job {job.job_id} on this executor", file=sys.stderr)
+        return 1
+    with job.spool.open("rb") as spool:
+        spool.seek(offset)
+        while True:
+            live = jobs.is_live(job)
+            chunk = spool.read(_CHUNK)
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+            elif not live:
+                return 0
+            else:
+                time.sleep(0.1)
+
+
+def cancel(job: jobs.Job) -> int:
+    if not jobs.is_live(job):
+        print(f"job {job.job_id} is not running", file=sys.stderr)
+        return 1
+    pid = int(json.loads(job.meta.read_text())["supervisor_pid"])
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:  # that pid is this job's supervisor
+        if job.job_id.encode() not in fh.read().split(b"\0"):
+            print(f"job {job.job_id}'s supervisor is gone", file=sys.stderr)
+            return 1
+    os.kill(pid, signal.SIGTERM)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuboot-executor-worker", description=__doc__)
+    parser.add_argument(
+        "--jobs-dir", help="default: $GPUBOOT_EXECUTOR_JOBS, else $GPUBOOT_HOME/executor"
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    def job_verb(name: str, text: str) -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=text)
+        sub.add_argument("--job-id", required=True)
+        return sub
+
+    run = job_verb("run", "run the job transmitted on stdin, its stream on stdout")
+    run.add_argument("--keepalive-seconds", type=int, default=5)
+    run.add_argument("--on-detach", choices=ON_DETACH, default="finish")
+    run.add_argument("--grace-seconds", type=float, default=10.0)
+    job_verb("attach", "send a job's spooled stream from an offset").add_argument(
+        "--offset", type=int, default=0
+    )
+    job_verb("cancel", "cancel a running job")
+    job_verb("release", "remove a finished job whose stream was read")
+    verbs.add_parser("gc", help="remove dead jobs").add_argument(
+        "--keep-seconds", type=float, default=jobs.KEEP_S
+    )
+    verbs.add_parser("versions", help="ansible-core, ansible-runner and gpuboot, as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.verb == "versions":
+        print(json.dumps(local_versions()))
+        return 0
+    if getattr(args, "job_id", None) is not None and not JOB_ID.fullmatch(args.job_id):
+        print(f"--job-id {args.job_id!r}: only [A-Za-z0-9_-], at most 64", file=sys.stderr)
+        return 2
+    try:
+        root = jobs.jobs_root(args.jobs_dir)
+        if args.verb == "gc":
+            print(json.dumps({"removed": jobs.collect_garbage(root, args.keep_seconds)}))
+            return 0
+        job = jobs.Job(root, args.job_id)
+        if args.verb == "attach":
+            return attach(job, args.offset)
+        if args.verb == "cancel":
+            return cancel(job)
+        if args.verb == "release":
+            return 0 if jobs.release(job) else 1
+        jobs.collect_garbage(root)
+        lock_fd = jobs.claim(job)
+        serve(job, str(args.keepalive_seconds), args.on_detach, args.grace_seconds, lock_fd)
+        return 0
+    except GpubootError as exc:
+        print(f"gpuboot-executor-worker: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

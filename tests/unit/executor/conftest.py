@@ -1,0 +1,105 @@
+"""Executor fixtures: a tiny local job (localhost, ansible_connection=local) and streams."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+PLAYS = {
+    # h1 reaches the final task at once; h2 sleeps first (free strategy: h1 does not wait)
+    "split.yml": """
+- hosts: all
+  gather_facts: false
+  strategy: free
+  tasks:
+    - name: started
+      ansible.builtin.debug: {msg: go}
+    - name: wait
+      ansible.builtin.command: sleep 30
+      changed_when: false
+      when: inventory_hostname == 'h2'
+    - name: done
+      ansible.builtin.debug: {msg: done}
+""",
+    "ok.yml": """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: done
+      ansible.builtin.debug: {msg: done}
+""",
+    "fail.yml": """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: breaks
+      ansible.builtin.command: "false"
+""",
+}
+HOSTS = ("h1", "h2")
+
+
+@pytest.fixture
+def job_data(tmp_path) -> Path:
+    """A private data dir ansible-runner's transmit sends: the plays and a local inventory."""
+    data = tmp_path / "job"
+    (data / "project").mkdir(parents=True)
+    (data / "inventory").mkdir()
+    for name, text in PLAYS.items():
+        (data / "project" / name).write_text(text)
+    hosts = "".join(
+        f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+        for h in HOSTS
+    )
+    (data / "inventory" / "hosts").write_text(hosts)
+    return data
+
+
+def line(doc: dict) -> bytes:
+    return json.dumps(doc).encode() + b"\n"
+
+
+def event(counter: int, kind: str, host: str | None = None, task: str = "t", **data) -> dict:
+    event_data = {"task": task, **data}
+    if host:
+        event_data["host"] = host
+    return {"uuid": f"u{counter}", "counter": counter, "event": kind, "event_data": event_data}
+
+
+def artifacts_zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def artifacts_unit(files: dict[str, bytes]) -> bytes:
+    import base64
+
+    raw = artifacts_zip(files)
+    return line({"zipfile": len(raw)}) + base64.b64encode(raw)
+
+
+def stream(*, rc: int = 0, status: str = "successful", env: dict | None = None) -> bytes:
+    """A worker's stream as ansible-runner 2.4 writes it, for one host (h1)."""
+    return b"".join(
+        [
+            line({"status": "starting", "runner_ident": "x", "env": env or {}, "command": []}),
+            line({"status": "running", "runner_ident": "x"}),
+            line(event(1, "playbook_on_start")),
+            line(event(2, "runner_on_ok", "h1", "done")),
+            line({"event": "keepalive", "counter": 0, "uuid": 0}),
+            line(
+                event(3, "playbook_on_stats", ok={"h1": 1}, changed={}, failures={}, dark={})
+            ),
+            line({"status": status, "runner_ident": "x"}),
+            artifacts_unit({"rc": str(rc).encode(), "status": status.encode()}),
+            line({"eof": True}),
+        ]
+    )
