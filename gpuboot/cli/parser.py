@@ -24,6 +24,7 @@ from gpuboot.cli import (
     report,
     runs,
     scan,
+    schedule,
     status,
 )
 from gpuboot.cli.outcome import Outcome
@@ -35,6 +36,7 @@ VERBS = (
     certify,
     cert,
     scan,
+    schedule,
     breaker,
     remediate,
     matrix,

@@ -26,6 +26,7 @@ CASES = {
     "certify": (["certify", "--gen-key", "{tmp}/key.pem"], 0),
     "cert": (["cert", "keygen", "{tmp}/key.pem"], 0),
     "scan": (["scan", "-i", MISSING], 2),
+    "schedule": (["schedule", "-i", MISSING], 2),
     "breaker": (["breaker", "status"], 0),
     "remediate": (["remediate", "-i", MISSING], 2),
     "node": (["node", "explain", "n1"], 0),
