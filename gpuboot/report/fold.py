@@ -1,7 +1,8 @@
 """Long per-link reasons folded for people: "GPU 0: link(s) 0,1,...,17 inactive; GPU 1: ..."
 reads "GPU 0-1 links 0-17 inactive", and NVLink error counters on 144 links read
-"GPU 0-7 links 0-17: crc_flit 1-812, replay 2" (a count, or the range of counts across the
-links). Pure: the full reason stays in --json and the reports; only terminal and Markdown
+"GPU 0-7 links 0-17: crc_errors 57, replay_errors 1-12" (a count, or the range of counts
+across the links); "GPU 0: all NVLinks inactive" on eight GPUs reads "GPU 0-7: all NVLinks
+inactive". Pure: the full reason stays in --json and the reports; only terminal and Markdown
 summaries fold."""
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ import re
 # NVL-001: "GPU 3: link(s) 3,5 inactive"; NVL-002: "GPU 0 link 4: crc_flit=3, replay=1"
 _LINKS = re.compile(r"GPU (\d+): link\(s\) ([\d,]+) (.+)")
 _COUNTERS = re.compile(r"GPU (\d+) link (\d+): ((?:\w+=\d+)(?:, \w+=\d+)*)")
+# NVL-001 and others: "GPU 6: all NVLinks inactive", the same words for several GPUs
+_GPU = re.compile(r"GPU (\d+): (.+)")
 
 
 def ranges(numbers) -> str:
     """0,1,2,3,7 -> "0-3,7"."""
     nums = sorted(set(numbers))
+    if not nums:
+        return ""
     out, start = [], None
     for prev, cur in zip(nums, [*nums[1:], None], strict=True):
         start = prev if start is None else start
@@ -35,6 +40,7 @@ def fold_reason(reason: str) -> str:
     place (the first folded part stands where the first of its kind stood)."""
     parts = reason.split("; ")
     down: dict[tuple[tuple[int, ...], str], list[int]] = {}  # (links, what) -> GPUs
+    same: dict[str, list[int]] = {}  # what -> GPUs
     counts: dict[int, dict[int, dict[str, int]]] = {}  # GPU -> link -> counter -> value
     out: list[str | tuple[str, ...]] = []
     for part in parts:
@@ -48,6 +54,10 @@ def fold_reason(reason: str) -> str:
                 out.append(("counters",))
             pairs = (kv.split("=") for kv in m[3].split(", "))
             counts.setdefault(int(m[1]), {})[int(m[2])] = {k: int(v) for k, v in pairs}
+        elif m := _GPU.fullmatch(part):
+            if m[2] not in same:
+                out.append(("same", m[2]))
+            same.setdefault(m[2], []).append(int(m[1]))
         else:
             out.append(part)
     text = []
@@ -59,6 +69,8 @@ def fold_reason(reason: str) -> str:
             ]
         elif item == ("counters",):
             text += _fold_counters(counts)
+        elif isinstance(item, tuple):
+            text.append(f"GPU {ranges(same[item[1]])}: {item[1]}")
         else:
             text.append(str(item))
     return "; ".join(text)
