@@ -248,7 +248,9 @@ class Window:
         spacing = RETENTION_HOURS / MAX_SAMPLES
         while len(self.samples) > 2:
             a, b = _time(self.samples[-3].time), _time(self.samples[-2].time)
-            if len(self.samples) <= MAX_SAMPLES and a and b and _hours(a, b) >= spacing:
+            spread = a is not None and b is not None and _hours(a, b) >= spacing
+            # a reading just after a counter went down is that counter's new base: kept
+            if len(self.samples) <= MAX_SAMPLES and (spread or _dropped(*self.samples[-3:-1])):
                 break
             # the sample before the newest merges into it: its scans counted there
             merged = self.samples.pop(-2)
@@ -300,6 +302,11 @@ class Window:
             ):
                 raise ValueError(f"has trend figure {name!r:.40} that is not [[time, value], ...]")
         return cls([Sample.from_json(s) for s in samples], {k: list(v) for k, v in figures.items()})
+
+
+def _dropped(before: Sample, after: Sample) -> bool:
+    """Whether a counter ``before`` read went down by ``after`` (a reset between them)."""
+    return any((v := after.value(c)) is not None and v < n for c, n in before.values.items())
 
 
 def _hours(a: datetime, b: datetime) -> float:
