@@ -22,6 +22,9 @@ USAGE = {
     "gpu-missing": "gpu-missing [GPU]   (off the PCI bus: lspci does not list it either)",
     "gpu-unbound": "gpu-unbound [GPU]   (on the PCI bus, the driver failed to bring it up)",
     "nvlink-down": "nvlink-down GPU [LINK]   (no LINK: all links of the GPU)",
+    "nvlink-crc-growth": "nvlink-crc-growth GPU LINK [PER_MINUTE]   (the link's CRC error count "
+    "grows PER_MINUTE a minute (default 600) from the fault or the last boot, whichever is later: "
+    "a reboot restarts it at 0)",
     "pcie-downtrain": "pcie-downtrain GPU GEN WIDTH",
     "ecc-uncorrectable": "ecc-uncorrectable [GPU]",
     "remap-pending": "remap-pending [GPU]",
@@ -97,6 +100,19 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
                 raise EmuError(f"LINK {link} out of range: GPUs have links 0-{links - 1}")
             return [str(slot), str(link)]
         return [str(slot)]
+    if kind == "nvlink-crc-growth":
+        links = int(model.hw(node).get("nvlink", {}).get("links_per_gpu", 0) or 0)
+        if not links:
+            raise EmuError("this profile has no NVLink")
+        if len(args) < 2:
+            raise EmuError(usage)
+        slot, link = _gpu(node, args[0]), _int(args[1], "LINK")
+        if not 0 <= link < links:
+            raise EmuError(f"LINK {link} out of range: GPUs have links 0-{links - 1}")
+        rate = _int(args[2], "PER_MINUTE") if len(args) > 2 else 600
+        if rate < 1:
+            raise EmuError("PER_MINUTE must be at least 1")
+        return [str(slot), str(link), str(rate)]
     if kind == "pcie-downtrain":
         if len(args) < 3:
             raise EmuError(usage)
