@@ -60,36 +60,43 @@ def _runs(runs: Path, verb: str) -> list[Path]:
     ]
 
 
-def _install_results(run_dir: Path, host: str) -> dict[str, Any] | None:
-    """The host's per-host summary in an install run (one results.json per batch)."""
+def _install_results(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """host -> its summary in an install run (one results.json per batch)."""
+    out: dict[str, dict[str, Any]] = {}
     for path in [run_dir / RESULTS, *sorted(run_dir.glob(f"batch-*/{RESULTS}"))]:
         doc = _read_json(path, MAX_RESULTS_BYTES)
         hosts = doc.get("hosts") if isinstance(doc, dict) else None
-        if isinstance(hosts, dict) and isinstance(hosts.get(host), dict):
-            return hosts[host]
-    return None
-
-
-def install_entries(runs: Path, host: str) -> list[dict[str, Any]]:
-    out = []
-    for run_dir in _runs(runs, "install"):
-        res = _install_results(run_dir, host)
-        if res is None:
-            continue
-        rollout = _read_json(run_dir / ROLLOUT, MAX_RESULTS_BYTES)
-        check = isinstance(rollout, dict) and rollout.get("check") is True
-        status, changed = str(res.get("status") or "?"), res.get("changed")
-        what = f"{status}, {changed} task(s) {'would change' if check else 'changed'}"
-        if res.get("failed_task"):
-            what += f"; failed at {res['failed_task']}: {res.get('reason') or ''}".rstrip(": ")
-        time = _mtime(run_dir / RESULTS) or _mtime(run_dir)
-        if time:
-            out.append(_entry(time, "install", run_dir.name, ("check: " if check else "") + what))
+        if isinstance(hosts, dict):
+            out.update({h: r for h, r in hosts.items() if isinstance(r, dict)})
     return out
 
 
-def certify_entries(runs: Path, host: str, skip: set[str]) -> list[dict[str, Any]]:
-    out = []
+Entries = dict[str, list[dict[str, Any]]]  # host -> its entries
+
+
+def install_entries(runs: Path, hosts: set[str]) -> Entries:
+    out: Entries = {}
+    for run_dir in _runs(runs, "install"):
+        found = {h: r for h, r in _install_results(run_dir).items() if h in hosts}
+        time = _mtime(run_dir / RESULTS) or _mtime(run_dir)
+        if not found or not time:
+            continue
+        rollout = _read_json(run_dir / ROLLOUT, MAX_RESULTS_BYTES)
+        check = isinstance(rollout, dict) and rollout.get("check") is True
+        for host, res in found.items():
+            status, changed = str(res.get("status") or "?"), res.get("changed")
+            what = f"{status}, {changed} task(s) {'would change' if check else 'changed'}"
+            if res.get("failed_task"):
+                what += f"; failed at {res['failed_task']}: {res.get('reason') or ''}".rstrip(": ")
+            what = ("check: " if check else "") + what
+            out.setdefault(host, []).append(_entry(time, "install", run_dir.name, what))
+    return out
+
+
+def certify_entries(runs: Path, hosts: set[str], skip: set[str]) -> Entries:
+    from gpuboot.bundle.names import is_safe_name
+
+    out: Entries = {}
     for run_dir in _runs(runs, "certify"):
         if run_dir.name in skip:  # an old scan's run, named -certify-: the history has it
             continue
@@ -97,43 +104,38 @@ def certify_entries(runs: Path, host: str, skip: set[str]) -> list[dict[str, Any
             report = RunReport.from_dict(_read_json(run_dir / REPORT, MAX_REPORT_BYTES))
         except ValueError:
             continue
-        node = next((n for n in report.nodes if n.host == host), None)
         time = _mtime(run_dir / REPORT)
-        if node is None or time is None:
-            continue
-        failed = sorted({f.rule for f in node.findings if f.status in (Status.FAIL, Status.ERROR)})
-        what = node.verdict + (f" ({' '.join(failed)})" if failed else "")
-        cert_path = run_dir / CERT_DIR / f"{host}.json"
-        cert = _read_json(cert_path, MAX_CERT_BYTES) if host_is_safe(host) else None
-        if isinstance(cert, dict):
-            scope = cert.get("scope")
-            what += f"; certificate {cert_path} ({scope}), expires {cert.get('expires_at')}"
-        out.append(_entry(time, "certify", run_dir.name, what))
+        for node in report.nodes:
+            if node.host not in hosts or time is None:
+                continue
+            bad = sorted({f.rule for f in node.findings if f.status in (Status.FAIL, Status.ERROR)})
+            what = node.verdict + (f" ({' '.join(bad)})" if bad else "")
+            cert_path = run_dir / CERT_DIR / f"{node.host}.json"
+            cert = _read_json(cert_path, MAX_CERT_BYTES) if is_safe_name(node.host) else None
+            if isinstance(cert, dict):
+                scope = cert.get("scope")
+                what += f"; certificate {cert_path} ({scope}), expires {cert.get('expires_at')}"
+            out.setdefault(node.host, []).append(_entry(time, "certify", run_dir.name, what))
     return out
 
 
-def host_is_safe(host: str) -> bool:
-    from gpuboot.bundle.names import is_safe_name
-
-    return is_safe_name(host)
-
-
-def _node_lines(history: Path, host: str, warn) -> list[dict[str, Any]]:
-    """The node's history records, every line checked as scans check it (scan.History)."""
+def _history_lines(history: Path, hosts: set[str] | None, warn) -> Entries:
+    """host -> its history records (every host's with ``hosts`` None), every line checked as
+    scans check it (scan.History), in one read."""
     from gpuboot.yamlsafe import read_capped_bytes
 
     class Lines(scan.History):
         def __init__(self) -> None:
             super().__init__()
-            self.lines: list[dict[str, Any]] = []
+            self.lines: Entries = {}
 
         def add(self, rec: dict[str, Any], size: int) -> None:
-            if rec.get("host") == host:
-                self.lines.append(rec)
+            if hosts is None or rec["host"] in hosts:
+                self.lines.setdefault(rec["host"], []).append(rec)
             super().add(rec, size)
 
     if not os.path.lexists(history):
-        return []
+        return {}
     data = read_capped_bytes(
         history, scan.MAX_HISTORY_BYTES, "scan history", hint=scan.HISTORY_HINT
     )
@@ -200,19 +202,44 @@ def scan_entries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def remediation_entries(history: Path, host: str) -> list[dict[str, Any]]:
+def remediation_entries(history: Path, hosts: set[str]) -> Entries:
     from gpuboot.remediate import record
 
-    out = []
+    out: Entries = {}
     for rec in record.read(record.beside(history)):
         at = rec.get("at")
-        if rec.get("host") != host or isinstance(at, bool) or not isinstance(at, int | float):
+        if rec.get("host") not in hosts or isinstance(at, bool) or not isinstance(at, int | float):
             continue
         time = iso(datetime.fromtimestamp(at, UTC))
         what = f"{rec.get('step')}: {rec.get('result')}"
         if rec.get("fault"):
             what += f" ({rec['fault']})"
-        out.append(_entry(time, "remediation", rec.get("run_id"), what))
+        out.setdefault(rec["host"], []).append(_entry(time, "remediation", None, what))
+    return out
+
+
+def timelines(
+    hosts: set[str] | None = None, *, history: Path | None = None, warn=lambda _m: None
+) -> Entries:
+    """host -> its entries, oldest first, for ``hosts`` (None: every node the scan history
+    names), each source read once whatever the number of nodes (the trend page asks for a
+    fleet's)."""
+    history = history or scan.default_history()
+    runs = paths.runs_dir()
+    lines = _history_lines(history, hosts, warn)
+    hosts = set(lines) if hosts is None else hosts
+    scan_runs = {str(r.get("run_id")) for recs in lines.values() for r in recs if r.get("run_id")}
+    out: Entries = {}
+    for source in (
+        install_entries(runs, hosts),
+        certify_entries(runs, hosts, scan_runs),
+        {h: scan_entries(recs) for h, recs in lines.items()},
+        remediation_entries(history, hosts),
+    ):
+        for host, entries in source.items():
+            out.setdefault(host, []).extend(entries)
+    for entries in out.values():
+        entries.sort(key=lambda e: (e["time"], KINDS.index(e["kind"])))
     return out
 
 
@@ -222,23 +249,19 @@ def node_timeline(
     """The ``status NODE --history`` document: ``entries`` oldest first. A node neither a
     kept run nor the history knows is BadInput (a typo must not read as a quiet node)."""
     history = history or scan.default_history()
-    runs = paths.runs_dir()
-    lines = _node_lines(history, host, warn)
-    scan_runs = {str(r.get("run_id")) for r in lines if r.get("run_id")}
-    entries = [
-        *install_entries(runs, host),
-        *certify_entries(runs, host, scan_runs),
-        *scan_entries(lines),
-        *remediation_entries(history, host),
-    ]
+    entries = timelines({host}, history=history, warn=warn).get(host)
     if not entries:
         raise BadInput(
             f"no kept run, scan or remediation names node {host!r}",
             where=f"gpuboot status {host}",
             hint="see the nodes gpuboot knows: gpuboot status (or gpuboot status -i INVENTORY)",
         )
-    entries.sort(key=lambda e: (e["time"], KINDS.index(e["kind"])))
-    return {"host": host, "history": str(history), "runs": str(runs), "entries": entries}
+    return {
+        "host": host,
+        "history": str(history),
+        "runs": str(paths.runs_dir()),
+        "entries": entries,
+    }
 
 
 HEADERS = ("time", "kind", "run", "summary")
