@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from datetime import datetime
 
 from . import model, smi, state
 
@@ -10,6 +12,24 @@ from . import model, smi, state
 def _speed(gbps: float) -> str:
     # nvidia-smi prints "25 GB/s" on A100 and "26.562 GB/s" on H100: %g keeps both
     return f"{gbps:g} GB/s"
+
+
+def crc_growth(node: state.Node, now: float | None = None) -> dict[tuple[int, int], int]:
+    """(GPU slot, link) -> the CRC errors an nvlink-crc-growth fault has added by ``now``:
+    PER_MINUTE a minute since the fault or the node's last boot, whichever is later, so a
+    reboot restarts the count at 0 as the driver's counters do."""
+    now = time.time() if now is None else now
+    booted = float(node.vstate.get("boot_time", 0) or 0)
+    out: dict[tuple[int, int], int] = {}
+    for fault in model.faults_of(node, "nvlink-crc-growth"):
+        slot, link, rate = (int(a) for a in fault["args"][:3])
+        try:
+            added = datetime.strptime(fault["added"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (KeyError, ValueError):
+            added = booted
+        since = max(added, booted)
+        out[(slot, link)] = out.get((slot, link), 0) + int(rate * max(0.0, now - since) / 60)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +54,7 @@ def _main(argv: list[str]) -> int:
         return smi.RC_INVALID_ARG
     out: list[str] = []
     rc = 0
+    growing = crc_growth(node) if errors else {}
     for gpu in gpus:
         if gpu.lost:
             out.append(smi.smi_q.lost_message(gpu))
@@ -56,6 +77,7 @@ def _main(argv: list[str]) -> int:
             for i, up in enumerate(gpu.links):
                 # a link that went down leaves replay/recovery/CRC counts behind
                 replay, recovery, crc = (0, 0, 0) if up else (12, 3, 57)
+                crc += growing.get((gpu.slot, i), 0)
                 blocks.append(
                     f"\t Link {i}: Replay Errors: {replay}\n"
                     f"\t Link {i}: Recovery Errors: {recovery}\n"
