@@ -42,6 +42,12 @@ SCAN_EXITS: dict[int, Decision] = {
 }
 
 
+# Documented codes a scan never exits with: another verb's own.
+NOT_FROM_SCAN: dict[int, str] = {
+    7: "certify and cert verify: a partial certificate its policy does not accept",
+}
+
+
 def reported_codes() -> list[int]:
     """The non-zero codes that leave a scheduled scan succeeded: systemd's
     SuccessExitStatus=, the CronJob's exit-code map."""
