@@ -11,7 +11,12 @@ def register(verbs, common) -> None:
     rep = verbs.add_parser(
         "report", parents=[common, options.history()], help="fleet pages from the scan history"
     )
-    rep.add_argument("page", choices=["trend"], help="trend: failing nodes per rule, bandwidth")
+    rep.add_argument(
+        "page",
+        choices=["trend"],
+        help="trend: failing nodes per rule (at fleet size a map of nodes by scan instead), "
+        "bandwidth, and a timeline page per node it names",
+    )
     rep.add_argument("-o", "--output", help="the HTML file (default: $GPUBOOT_HOME/trend.html)")
     rep.set_defaults(func=run)
 
@@ -19,7 +24,7 @@ def register(verbs, common) -> None:
 def run(args) -> Outcome:
     from pathlib import Path
 
-    from gpuboot import paths, scan
+    from gpuboot import paths, scan, timeline
     from gpuboot.cli import preflight
     from gpuboot.report import trend
 
@@ -28,5 +33,11 @@ def run(args) -> Outcome:
     if args.output:  # the default's directory is gpuboot's own, made as needed
         preflight.check_output_file(str(out), "--output")
     records = scan.history_records(history, warn=progress(args))
-    written = trend.write(records, out, source=str(history))
+    written = trend.write(
+        records,
+        out,
+        source=str(history),
+        # the history's bad lines were told above: its second read for the pages is quiet
+        timelines=lambda hosts: timeline.timelines(hosts, history=history),
+    )
     return Outcome(EXIT_OK, {"trend": str(written), "history": str(history)}, f"trend: {written}")

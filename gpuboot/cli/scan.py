@@ -190,9 +190,20 @@ def _judge(args, inv):
     # holds it (not read again)
     page = Path(written["html"]).with_name(trend.NAME)
     run.written["trend"] = trend.write(
-        result.history.trend.records(), page, source=str(result.history_path)
+        result.history.trend.records(),
+        page,
+        source=str(result.history_path),
+        timelines=_timelines(result.history_path),
     )
     return result, run
+
+
+def _timelines(history: Path):
+    """hosts -> their timelines, for the trend page's node pages (gpuboot.timeline); the
+    scan told the history's bad lines already: this second read is quiet."""
+    from gpuboot import timeline
+
+    return lambda hosts: timeline.timelines(hosts, history=history)
 
 
 def _trip(result, run):

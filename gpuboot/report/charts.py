@@ -297,3 +297,57 @@ def distribution_chart(name: str, unit: str | None, rows: list[tuple[str, dict[s
         )
     out.append("</svg>")
     return "".join(out)
+
+
+HEAT_ROW_H = 14  # px a node: a label of 11 px and a gap
+HEAT_NONE = "not scanned yet"
+
+
+def heat_map(
+    times: list[str], rows: list[tuple[str, list[str | None]]], links: dict[str, str]
+) -> str:
+    """Nodes x scans, each cell coloured by the node's verdict at that scan (a node a scan
+    under --limit left out keeps its last one); a row's runs of one verdict are one rect, so
+    the SVG grows with the changes, not with nodes x scans. ``links``: host -> its page."""
+    x0, x1 = LABEL_W + 10, WIDTH - 10
+    col = (x1 - x0) / max(1, len(times))
+    height = TOP + HEAT_ROW_H * len(rows) + AXIS_H
+    body = []
+    for i, (host, cells) in enumerate(rows):
+        y = TOP + i * HEAT_ROW_H
+        label = (
+            f'<text x="{LABEL_W}" y="{y + HEAT_ROW_H - 1}" text-anchor="end" class="host">'
+            f"{_e(_short(host))}</text>"
+        )
+        body.append(f'<a href="{_e(links[host])}">{label}</a>' if host in links else label)
+        start = 0
+        for j in range(1, len(cells) + 1):
+            if j < len(cells) and cells[j] == cells[start]:
+                continue
+            verdict = cells[start]
+            fill = BAR.get(verdict, BAND["none"]) if verdict else BAND["none"]
+            span = f"{times[start]}" + (f" to {times[j - 1]}" if j - 1 > start else "")
+            body.append(
+                f'<rect x="{x0 + start * col:.2f}" y="{y}" width="{(j - start) * col:.2f}" '
+                f'height="{HEAT_ROW_H - 1}" fill="{fill}"><title>{_e(host)}: '
+                f"{_e(verdict or HEAT_NONE)}, {_e(span)}</title></rect>"
+            )
+            start = j
+    base = TOP + HEAT_ROW_H * len(rows) + 4
+    for k in range(5 if len(times) > 1 else 1):
+        j = round((len(times) - 1) * k / 4) if len(times) > 1 else 0
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        x = x0 + (j + (0 if k == 0 else 1 if k == 4 else 0.5)) * col
+        body.append(
+            f'<text x="{x:.1f}" y="{base + 14}" text-anchor="{anchor}" class="tick">'
+            f"{_e(times[j][5:16].replace('T', ' '))}</text>"
+        )
+    body.append(
+        f'<text x="{(x0 + x1) / 2:.1f}" y="{base + 34}" text-anchor="middle" class="axis-label">'
+        f"scans (UTC), oldest left</text>"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="100%" '
+        f'role="img" aria-label="nodes by scan, coloured by verdict" class="chart heat" '
+        f'font-size="11">' + "".join(body) + "</svg>"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from html import escape
 from itertools import groupby
@@ -29,10 +30,19 @@ from gpuboot.report._util import (
     parse_iso,
     utc_now,
 )
-from gpuboot.report.charts import BAND, BAR, WIDTH, nice_ticks
+from gpuboot.report.charts import BAND, BAR, WIDTH, heat_map, nice_ticks
 from gpuboot.report.html import CSS
+from gpuboot.verdict import VERDICTS, Status
 
 NAME = "trend.html"
+# Up to one scalable unit of a GPU pod (a DGX SuperPOD SU is 32 nodes) a chart per rule
+# says enough: the few failing nodes are known by name. Past it the question is which
+# nodes and since when, and the 30 rule charts count without naming: a heat map of nodes x
+# scans replaces them.
+HEAT_NODES = 32
+HEAT_SCANS = 336  # the map's columns: the last two weeks of hourly scans
+HEAT_ROWS = 400  # its rows: the nodes with a scan not PASS in that window, worst first
+NODE_DIR = "trend-nodes"  # beside the page: one timeline page per node it names
 PLOT_H = 170
 X0, X1, Y0 = 64, WIDTH - 24, 12
 MARK_POINTS_MAX = 60  # beyond, a line without a dot per scan
@@ -214,7 +224,129 @@ def figure_chart(name: str, unit: str, points: list[tuple[Any, ...]]) -> str:
     return _svg(f"{name} over time", body)
 
 
-def render(records: list[dict[str, Any]], *, source: str = "", now: datetime | None = None) -> str:
+def _verdict(rec: dict[str, Any]) -> str:
+    """A record's verdict; a compacted trend record has none: its failing rules give it."""
+    if rec.get("verdict") in VERDICTS:
+        return rec["verdict"]
+    states = set(rec["failing"].values())
+    return FAIL if FAIL in states else ERROR if states else Status.PASS
+
+
+def heat(records: list[dict[str, Any]], scans: int = HEAT_SCANS) -> dict[str, Any]:
+    """``times`` (the last ``scans`` scans) and ``rows``: host -> its verdict per scan (None
+    before its first), for the nodes with a verdict other than PASS in those scans, worst
+    first (bad now, then most scans not passed), at most HEAT_ROWS; ``passed``: how many
+    nodes passed every scan shown; ``omitted``: rows past HEAT_ROWS."""
+    from gpuboot.report._util import host_key
+
+    groups = []
+    for stamp, group in groupby(records, key=lambda r: r["time"]):
+        try:
+            parse_iso(stamp)
+        except ValueError:
+            continue  # as series(): no place on the axis
+        groups.append((stamp, list(group)))
+    start = max(0, len(groups) - scans)
+    state: dict[str, str] = {}
+    cells: dict[str, list[str | None]] = {}
+    for i, (_stamp, group) in enumerate(groups):
+        for rec in group:
+            state[rec["host"]] = _verdict(rec)
+        if i >= start:
+            for host, verdict in state.items():
+                cells.setdefault(host, [None] * (i - start)).append(verdict)
+    bad = {h: c for h, c in cells.items() if any(v not in (None, Status.PASS) for v in c)}
+    order = {Status.FAIL: 0, ERROR: 1, Status.WARN: 2}
+
+    def rank(host: str) -> tuple[Any, ...]:
+        row = bad[host]
+        return (
+            order.get(row[-1], 3),
+            -sum(v not in (None, Status.PASS) for v in row),
+            host_key(host),
+        )
+
+    hosts = sorted(bad, key=rank)
+    return {
+        "times": [stamp for stamp, _g in groups[start:]],
+        "rows": [(h, bad[h]) for h in hosts[:HEAT_ROWS]],
+        "passed": len(cells) - len(bad),
+        "omitted": max(0, len(hosts) - HEAT_ROWS),
+    }
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>"
+        f"<body><main>{body}<footer>gpuboot {_e(__version__)}</footer></main></body></html>\n"
+    )
+
+
+def node_page(host: str, entries: list[dict[str, Any]], *, now: datetime | None = None) -> str:
+    """One node's timeline (gpuboot.timeline: `gpuboot status NODE --history`) as a page."""
+    rows = "".join(
+        f"<tr><td>{_e(e['time'])}</td><td>{_e(e['kind'])}</td><td><code>{_e(e['run_id'] or '')}"
+        f"</code></td><td>{_e(e['summary'])}</td></tr>"
+        for e in entries
+    )
+    return _page(
+        f"{host}: timeline",
+        f'<header><h1>{_e(host)}</h1><p class="meta"><a href="../{NAME}">fleet trend</a> · '
+        f"{len(entries)} events, oldest first · <code>gpuboot status {_e(host)} --history</code>"
+        f" · generated {iso(now or utc_now())}</p></header><table><thead><tr><th>time</th>"
+        f"<th>kind</th><th>run</th><th>summary</th></tr></thead><tbody>{rows}</tbody></table>",
+    )
+
+
+def _heat_section(hm: dict[str, Any], links: dict[str, str]) -> list[str]:
+    parts = ["<h2>Nodes by scan</h2>"]
+    legend = " · ".join(
+        f'<span class="sw" style="background:{c}"></span>{_e(v)}' for v, c in BAR.items()
+    )
+    note = f"{hm['passed']} node(s) passed every scan shown (not drawn)"
+    if hm["omitted"]:
+        note += f"; {hm['omitted']} more node(s) not passed beyond the first {HEAT_ROWS}"
+    parts.append(f'<p class="legend">{legend} · ERROR: not judged, never a hardware verdict</p>')
+    if hm["rows"]:
+        parts.append(f"<figure>{heat_map(hm['times'], hm['rows'], links)}</figure>")
+    else:
+        parts.append('<p class="none">Every node passed every scan shown.</p>')
+    parts.append(f'<p class="meta">{_e(note)}</p>')
+    return parts
+
+
+def _rule_section(data: dict[str, Any], links: dict[str, str]) -> list[str]:
+    times, sizes = data["times"], data["nodes"]
+    parts = ["<h2>Failing nodes per rule over time</h2>"]
+    if links:
+        named = " · ".join(
+            f'<a href="{_e(href)}">{_e(host)}</a>' for host, href in sorted(links.items())
+        )
+        parts.append(f'<p class="meta">node timelines: {named}</p>')
+    rules = sorted(data["rules"].items(), key=lambda kv: (-kv[1][-1], -max(kv[1]), kv[0]))
+    if not rules:
+        parts.append('<p class="none">No rule failed on any node in these scans.</p>')
+    for rule, counts in rules:
+        caption = f"{rule}: {counts[-1]} of {sizes[-1]} nodes now, at most {max(counts)}"
+        parts.append(
+            f'<figure id="rule-{_e(rule)}"><figcaption>{_e(caption)}</figcaption>'
+            f"{rule_chart(rule, times, counts, sizes)}</figure>"
+        )
+    return parts
+
+
+def render(
+    records: list[dict[str, Any]],
+    *,
+    source: str = "",
+    now: datetime | None = None,
+    links: dict[str, str] | None = None,
+) -> str:
+    """The page; past HEAT_NODES nodes a heat map of nodes x scans replaces the per-rule
+    charts. ``links``: host -> its timeline page (relative), for the nodes the page names."""
+    links = links or {}
     data = series(records)
     times, sizes = data["times"], data["nodes"]
     meta = f"{len(times)} scans"
@@ -225,16 +357,10 @@ def render(records: list[dict[str, Any]], *, source: str = "", now: datetime | N
         f'<p class="meta">scan history <code>{_e(source)}</code> · {_e(meta)} · generated '
         f"{iso(now or utc_now())}</p></header>"
     ]
-    rules = sorted(data["rules"].items(), key=lambda kv: (-kv[1][-1], -max(kv[1]), kv[0]))
-    parts.append("<h2>Failing nodes per rule over time</h2>")
-    if not rules:
-        parts.append('<p class="none">No rule failed on any node in these scans.</p>')
-    for rule, counts in rules:
-        caption = f"{rule}: {counts[-1]} of {sizes[-1]} nodes now, at most {max(counts)}"
-        parts.append(
-            f'<figure id="rule-{_e(rule)}"><figcaption>{_e(caption)}</figcaption>'
-            f"{rule_chart(rule, times, counts, sizes)}</figure>"
-        )
+    if times and sizes[-1] > HEAT_NODES:
+        parts += _heat_section(heat(records), links)
+    else:
+        parts += _rule_section(data, links)
     parts.append("<h2>Measured bandwidth over time</h2>")
     if not data["figures"]:
         parts.append(
@@ -253,19 +379,48 @@ def render(records: list[dict[str, Any]], *, source: str = "", now: datetime | N
             "10th-90th percentile of the nodes measured · line: median · dashed: fail "
             f"threshold</p>{figure_chart(name, unit, points)}</figure>"
         )
-    body = "".join(parts) + f"<footer>gpuboot {_e(__version__)}</footer>"
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>gpuboot fleet trend</title><style>{CSS}</style></head>"
-        f"<body><main>{body}</main></body></html>\n"
-    )
+    return _page("gpuboot fleet trend", "".join(parts))
+
+
+def shown_nodes(records: list[dict[str, Any]]) -> set[str]:
+    """The nodes the page names: the heat map's rows past HEAT_NODES, else every node."""
+    data = series(records)
+    if data["times"] and data["nodes"][-1] > HEAT_NODES:
+        return {h for h, _c in heat(records)["rows"]}
+    return {r["host"] for r in records}
 
 
 def write(
-    records: list[dict[str, Any]], path: Path, *, source: str, now: datetime | None = None
+    records: list[dict[str, Any]],
+    path: Path,
+    *,
+    source: str,
+    now: datetime | None = None,
+    timelines: Callable[[set[str]], dict[str, list[dict[str, Any]]]] | None = None,
 ) -> Path:
     """Render the trend page of a history's ``records`` (scan.History.trend, read by the
-    caller: a scan passes the one it holds) into ``path`` (atomically)."""
-    text = render(records, source=source, now=now)
+    caller: a scan passes the one it holds) into ``path`` (atomically); with ``timelines``
+    (hosts -> each one's entries: gpuboot.timeline.timelines), a page per node it names in
+    NODE_DIR beside it, linked from the page (pages of nodes no longer named removed)."""
+    links = _write_node_pages(Path(path).parent / NODE_DIR, records, timelines, now)
+    text = render(records, source=source, now=now, links=links)
     return atomic_write(Path(path), text.encode("utf-8"))
+
+
+def _write_node_pages(folder: Path, records, timelines, now) -> dict[str, str]:
+    from gpuboot.bundle.names import is_safe_name
+
+    if timelines is None:
+        return {}
+    hosts = {h for h in shown_nodes(records) if is_safe_name(h)}
+    entries = timelines(hosts) if hosts else {}
+    links = {}
+    for host, events in entries.items():
+        if events:
+            atomic_write(folder / f"{host}.html", node_page(host, events, now=now).encode())
+            links[host] = f"{NODE_DIR}/{host}.html"
+    if folder.is_dir() and not folder.is_symlink():
+        for old in folder.glob("*.html"):
+            if old.stem not in links and old.is_file():
+                old.unlink(missing_ok=True)
+    return links
