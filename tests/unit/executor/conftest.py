@@ -20,7 +20,7 @@ PLAYS = {
     - name: started
       ansible.builtin.debug: {msg: go}
     - name: wait
-      ansible.builtin.command: sleep 30
+      ansible.builtin.command: sleep {{ wait_s | default(30) }}
       changed_when: false
       when: inventory_hostname == 'h2'
     - name: done
@@ -42,22 +42,27 @@ PLAYS = {
 """,
 }
 HOSTS = ("h1", "h2")
+JOB_SECRET = "job-secret-7d1e"
 
 
-@pytest.fixture
-def job_data(tmp_path) -> Path:
+def write_job(data: Path) -> Path:
     """A private data dir ansible-runner's transmit sends: the plays and a local inventory."""
-    data = tmp_path / "job"
     (data / "project").mkdir(parents=True)
     (data / "inventory").mkdir()
     for name, text in PLAYS.items():
         (data / "project" / name).write_text(text)
     hosts = "".join(
-        f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
-        for h in HOSTS
+        f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}\n" for h in HOSTS
     )
     (data / "inventory" / "hosts").write_text(hosts)
+    (data / "env").mkdir()  # a secret the job carries, as a real job's keys and passwords
+    (data / "env" / "extravars").write_text(f"job_secret: {JOB_SECRET}\n")
     return data
+
+
+@pytest.fixture
+def job_data(tmp_path) -> Path:
+    return write_job(tmp_path / "job")
 
 
 def line(doc: dict) -> bytes:
@@ -95,11 +100,47 @@ def stream(*, rc: int = 0, status: str = "successful", env: dict | None = None) 
             line(event(1, "playbook_on_start")),
             line(event(2, "runner_on_ok", "h1", "done")),
             line({"event": "keepalive", "counter": 0, "uuid": 0}),
-            line(
-                event(3, "playbook_on_stats", ok={"h1": 1}, changed={}, failures={}, dark={})
-            ),
+            line(event(3, "playbook_on_stats", ok={"h1": 1}, changed={}, failures={}, dark={})),
             line({"status": status, "runner_ident": "x"}),
             artifacts_unit({"rc": str(rc).encode(), "status": status.encode()}),
             line({"eof": True}),
         ]
     )
+
+
+# A channel that replays a recorded stream and exits with the given status (ssh's 255...).
+REPLAY = """
+import sys
+sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())
+sys.stdout.flush()
+sys.exit(int(sys.argv[2]))
+"""
+# A channel that sends one line and then neither speaks nor closes: a half-open connection.
+HALF_OPEN = """
+import sys, time
+sys.stdout.write('{"status": "starting", "runner_ident": "x"}\\n')
+sys.stdout.flush()
+time.sleep(60)
+"""
+# What ssh is to the supervisor: a relay whose death leaves the remote side running with
+# its stdout closed. It writes its pid to argv[1]; the rest is the command it relays.
+RELAY = """
+import os, subprocess, sys, threading
+open(sys.argv[1], 'w').write(str(os.getpid()))
+child = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         start_new_session=True)
+def feed():
+    while chunk := os.read(0, 65536):
+        child.stdin.write(chunk); child.stdin.flush()
+    child.stdin.close()
+threading.Thread(target=feed, daemon=True).start()
+while chunk := os.read(child.stdout.fileno(), 65536):
+    os.write(1, chunk)
+sys.exit(child.wait())
+"""
+
+
+def python_channel(name: str, script: str, *args: str):
+    from gpuboot.executor.stream import Executor
+
+    return Executor(name, (sys.executable, "-c", script, *args))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
-import io
 
 from gpuboot.executor.artifacts import unpack
 from tests.unit.executor.conftest import artifacts_zip

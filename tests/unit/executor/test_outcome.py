@@ -28,8 +28,6 @@ def _journal(tmp_path, *, status="successful", rc=0, eof=True, stats=True) -> Jo
     return journal
 
 
-
-
 def test_complete_failed_play(tmp_path):
     out = judge(Journal(_journal(tmp_path, status="failed", rc=2).path).replay, HOSTS)
     assert (out.state, out.status, out.rc) == ("complete", "failed", 2)

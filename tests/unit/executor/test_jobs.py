@@ -1,0 +1,63 @@
+"""D4: the garbage collector removes dead jobs only, liveness by the supervisor's lock."""
+
+from __future__ import annotations
+
+import os
+
+from gpuboot.executor import jobs
+
+# A pid no process has: above the kernel's pid_max.
+DEAD_PID = 2**23
+
+
+def _job_with_secret(root, job_id):
+    job = jobs.Job(root, job_id)
+    job.data.mkdir(parents=True, exist_ok=False)
+    (job.data / "env").mkdir()
+    (job.data / "env" / "ssh_key").write_text("secret")
+    job.spool.write_text("{}\n")
+    return job
+
+
+def test_bare_runner_cleanup_deletes_the_live_job_and_keeps_the_dead_one(tmp_path):
+    """What ``ansible-runner worker cleanup`` does: liveness by a pid file, read backwards."""
+    from ansible_runner.cleanup import cleanup_dirs
+
+    live, dead = tmp_path / "live", tmp_path / "dead"
+    for path, pid in ((live, os.getpid()), (dead, DEAD_PID)):
+        path.mkdir()
+        (path / "pid").write_text(str(pid))
+    cleanup_dirs(str(tmp_path / "*"), grace_period=0)
+    assert not live.exists()  # the running job's directory is gone
+    assert dead.exists()  # the dead one's stays
+
+
+def test_gpuboot_collects_the_dead_job_and_never_the_live_one(tmp_path):
+    lock_fd = jobs.claim(jobs.Job(tmp_path, "live"))  # what a running supervisor holds
+    live = _job_with_secret(tmp_path, "live")
+    dead = _job_with_secret(tmp_path, "dead")
+    try:
+        assert jobs.is_live(live) and not jobs.is_live(dead)
+        assert jobs.collect_garbage(tmp_path, keep_s=0) == ["dead"]
+        assert live.data.exists() and live.spool.exists()
+        assert not dead.dir.exists() and not dead.lock_path.exists()
+    finally:
+        os.close(lock_fd)
+    assert jobs.collect_garbage(tmp_path, keep_s=0) == ["live"]
+
+
+def test_a_dead_job_loses_its_secrets_at_once_and_its_spool_after_the_keep_time(tmp_path):
+    dead = _job_with_secret(tmp_path, "dead")
+    assert jobs.collect_garbage(tmp_path, keep_s=3600) == []
+    assert not dead.data.exists()  # the transmitted keys and variables
+    assert dead.spool.exists()  # the stream waits for its controller to re-attach
+
+
+def test_release_refuses_a_live_job(tmp_path):
+    job = jobs.Job(tmp_path, "j1")
+    fd = jobs.claim(job)
+    try:
+        assert jobs.release(job) is False and job.dir.exists()
+    finally:
+        os.close(fd)
+    assert jobs.release(job) is True and not job.dir.exists()
