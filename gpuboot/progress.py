@@ -192,6 +192,10 @@ class InstallProgress:
         self.failing: dict[str, tuple[str, str, float]] = {}  # host -> (task, reason, when)
         self.slow: set[str] = set()  # hosts reported slow in this batch
         self.results: dict[str, Any] = {}  # host -> HostResult of this batch
+        # task results of the batch's play so far (not skipped ones): the status moves
+        # with every task, not only when a host's play ends
+        self.task_results = 0
+        self.task_changed = 0
 
     # -- hooks install calls
     def batch(self, number: int, of: int, hosts: list[str], total: int) -> None:
@@ -203,6 +207,7 @@ class InstallProgress:
             self.slow.clear()
             self.running.clear()
             self.took.clear()
+            self.task_results = self.task_changed = 0
             if of > 1:
                 first, last = self.batch_hosts[0], self.batch_hosts[-1]
                 span = first if first == last else f"{first} .. {last}"
@@ -238,11 +243,17 @@ class InstallProgress:
             self._check_slow(now)
             self._status()
 
-    def close(self) -> None:
+    def close(self, *, interrupted: bool = False) -> None:
+        """The last status line. ``interrupted``: the play was stopped (Ctrl-C, SIGTERM)
+        before its end: a host of the open batch without a failure is interrupted, not ok
+        (what it did so far is no converge)."""
         with self.screen.lock:
             if not self.batch_of:  # refused before any host: nothing to close
                 return
             self._report_failures(self.clock(), every=True)
+            if interrupted:
+                for host in self.batch_hosts:
+                    self.final.setdefault(host, "interrupted")
             self._end_batch()
             self.screen.close(self._text(final=True))
 
@@ -254,6 +265,8 @@ class InstallProgress:
         res = data.get("res") or {}
         if kind != "runner_on_skipped":
             self.task = task
+            self.task_results += 1
+            self.task_changed += bool(res.get("changed"))
         if kind == "runner_on_unreachable":
             self.final[host] = "unreachable"
             reason = self._reason(host, res)
@@ -300,6 +313,8 @@ class InstallProgress:
         if not self.batch_hosts:
             return
         for host in self.batch_hosts:
+            if self.final.get(host) == "interrupted":
+                continue
             result = self.results.get(host)  # folded with the play's final stats
             if result is not None:
                 self.final[host] = "failed" if result.status == "pending" else result.status
@@ -318,15 +333,18 @@ class InstallProgress:
     def _text(self, final: bool = False) -> str:
         now = self.clock()
         counts = self._counts()
-        done = len(self.final)
+        done = len(self.final) - counts.get("interrupted", 0)
         elapsed = now - self.started
         head = f"{self.label}: "
         if self.batch_of > 1:
             head += f"batch {self.batch_no}/{self.batch_of}, "
         running = sum(1 for h in self.batch_hosts if h not in self.final)
+        tasks = ""
+        if running and not final and self.task_results:
+            tasks = f" ({self.task_results} task results, {self.task_changed} changed)"
         text = (
             f"{head}{done}/{self.total} hosts done"
-            + (f", {running} running: " if running and not final else ": ")
+            + (f", {running} running{tasks}: " if running and not final else ": ")
             + ", ".join(f"{n} {k}" for k, n in counts.items())
             + f" | {duration(elapsed)}"
         )
@@ -457,8 +475,13 @@ def live_install(
     try:
         with ticking(progress):
             yield progress
-    finally:
+    except KeyboardInterrupt:
+        progress.close(interrupted=True)
+        raise
+    except BaseException:
         progress.close()
+        raise
+    progress.close()
 
 
 @contextmanager
