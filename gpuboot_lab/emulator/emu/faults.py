@@ -6,11 +6,14 @@ clearing a fault restores the healthy view at once (the kernel log keeps its his
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from . import kmsg, model, xid
+from . import kmsg, model, paths, xid
 from .state import EmuError, Node
 
 PROBES = ("nvbandwidth", "all_reduce_perf", "ib_write_bw")
@@ -40,7 +43,18 @@ USAGE = {
     + "; a NIC only for ib_write_bw: that rail alone)",
     "probe-hang": "probe-hang PROBE   (PROBE never returns and ignores `timeout`'s SIGTERM, as a "
     "tool stuck in the kernel does: only the controller's deadline ends the wait)",
+    "runfile-driver": "runfile-driver [VERSION]   (what NVIDIA's .run installer leaves, no package "
+    "owning it: /usr/bin/nvidia-installer, its log, kernel/drivers/video/nvidia.ko; "
+    "`nvidia-installer --uninstall` removes them; survives reboots)",
 }
+# The files a .run install leaves (NVIDIA's README, "Installing the NVIDIA Driver"); the
+# module sits in the emulator's own module tree, as /lib/modules/<release>/ on a real node.
+RUNFILE_FILES = (
+    "/usr/bin/nvidia-installer",
+    "/var/log/nvidia-installer.log",
+    paths.MODULES + "/kernel/drivers/video/nvidia.ko",
+)
+_GPUEMU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpuemu")
 
 
 def _int(text: str, what: str) -> int:
@@ -161,7 +175,42 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
         if len(args) != 1 or args[0] not in PROBES:
             raise EmuError(usage)
         return args[:1]
+    if kind == "runfile-driver":
+        version = args[0] if args else "550.54.15"
+        if len(args) > 1 or not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
+            raise EmuError(usage)
+        return [version]
     return []
+
+
+def _runfile_write(version: str) -> None:
+    """The .run installer's files; its nvidia-installer's --uninstall clears the fault."""
+    texts = {
+        "/usr/bin/nvidia-installer": (
+            "#!/bin/sh\n# gpuemu: the .run installer left by fault runfile-driver\n"
+            'case " $* " in *" --uninstall "*) exec '
+            f"{_GPUEMU} ctl fault clear runfile-driver >/dev/null ;; esac\n"
+            'echo "nvidia-installer (gpuemu): only --uninstall is emulated" >&2\nexit 1\n'
+        ),
+        "/var/log/nvidia-installer.log": (
+            "nvidia-installer log file '/var/log/nvidia-installer.log'\n"
+            f"creation time: {time.strftime('%a %b %d %H:%M:%S %Y')}\n"
+            f"installer version: {version}\n"
+        ),
+        paths.MODULES + "/kernel/drivers/video/nvidia.ko": f"version={version}\n",
+    }
+    for path, text in texts.items():
+        real = paths.p(path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        with open(real, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(real, 0o755 if path.endswith("installer") else 0o644)
+
+
+def _runfile_remove() -> None:
+    for path in RUNFILE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(paths.p(path))
 
 
 def _trace_xid(node: Node, args: list[str]) -> None:
@@ -264,6 +313,9 @@ def add(node: Node, kind: str, args: list[str], survive_reboot: bool) -> dict[st
         from . import nic
 
         fault["saved"] = nic.drift(node, args[0])
+    if kind == "runfile-driver":  # files on disk outlive a reboot: so does the fault
+        _runfile_write(args[0])
+        fault["survive_reboot"] = survive_reboot = True
     (node.pstate if survive_reboot else node.vstate).setdefault("faults", []).append(fault)
     trace(node, fault)
     return fault
@@ -292,6 +344,8 @@ def clear(node: Node, kind: str | None) -> int:
                 from . import nic
 
                 nic.undrift(node, gone["args"][0], gone["saved"])
+            if gone["kind"] == "runfile-driver":
+                _runfile_remove()
         removed += len(store.get("faults", [])) - len(keep)
         store["faults"] = keep
     return removed
