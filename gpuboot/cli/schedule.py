@@ -9,11 +9,11 @@ from pathlib import Path
 
 from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome, err
-from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
+from gpuboot.errors import EXIT_OK, BadInput
 
 EPILOG = (
     "exit codes: 0 written or printed (--idle-check: no other run holds the hosts), "
-    "1 (--idle-check only) another gpuboot run holds one of them, 2 bad input. "
+    "2 bad input, 75 (--idle-check only) another gpuboot run holds one of the hosts. "
     "Scan options go after `--`, e.g. gpuboot schedule -i /etc/gpuboot/site.yml -- "
     "--kubeconfig /etc/gpuboot/kubeconfig --textfile-dir /var/lib/node_exporter/textfile_collector"
 )
@@ -58,7 +58,7 @@ def register(verbs, common) -> None:
         "--idle-check",
         action="store_true",
         help="the unit's ExecCondition: exit 0 when no other gpuboot run holds the hosts, "
-        "1 naming the holder when one does (the scan is skipped, the unit not failed)",
+        "75 naming the holder when one does (the scan is skipped, the unit not failed)",
     )
     kube = p.add_argument_group("Kubernetes")
     kube.add_argument(
@@ -116,13 +116,14 @@ def _reported() -> list[int]:
 
 
 def _idle_check(args) -> Outcome:
+    from gpuboot.schedule import EXIT_HOSTS_HELD
     from gpuboot.schedule.idle import holder
 
     held = holder(args.inventory, args.limit)
     if held is None:
         return Outcome(EXIT_OK, {"idle": True, "holder": None}, "")
     err(f"gpuboot: scheduled scan skipped: {held}")
-    return Outcome(EXIT_NODE_FAILED, {"idle": False, "holder": held}, "")
+    return Outcome(EXIT_HOSTS_HELD, {"idle": False, "holder": held}, "")
 
 
 def _checked_scan(args, scan_args: list[str]) -> argparse.Namespace:

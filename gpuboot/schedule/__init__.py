@@ -12,6 +12,10 @@ from gpuboot import breaker, scan
 from gpuboot.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_BROKE
 
 EXIT_INTERRUPTED = 130  # gpuboot.cli.boundary: Ctrl-C or SIGTERM
+# `schedule --idle-check`: another run holds a host (sysexits' EX_TEMPFAIL: try later).
+# systemd applies SuccessExitStatus= to ExecCondition= too: a code listed there would
+# let the scan start, so this one is none of the scan's.
+EXIT_HOSTS_HELD = 75
 
 
 @dataclass(frozen=True)

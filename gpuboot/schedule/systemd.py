@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuboot import __version__
 from gpuboot.errors import BadInput
-from gpuboot.schedule import SCAN_EXITS, failing_codes, reported_codes
+from gpuboot.schedule import EXIT_HOSTS_HELD, SCAN_EXITS, failing_codes, reported_codes
 
 # What systemd would interpret inside a word of ExecStart=, Environment= or
 # ReadWritePaths= (specifiers, variables, escapes, quoting, command separators), and
@@ -114,9 +114,10 @@ Type=oneshot
 {user}Environment={env}
 # Ansible's local temporary files, in the unit's private /tmp (the home is read-only)
 Environment=ANSIBLE_LOCAL_TEMP=/tmp/gpuboot-ansible
-# Another gpuboot run (an install, a certify) holding these hosts: this scan is skipped,
-# the unit stays inactive, the journal names the holder. A run that takes the hosts
-# between this check and the scan makes the scan exit 2 and the unit fail.
+# Another gpuboot run (an install, a certify) holding these hosts: the check exits
+# {EXIT_HOSTS_HELD}, this scan is skipped, the unit stays inactive and the journal names the
+# holder. A run that takes the hosts between this check and the scan makes the scan
+# exit 2 and the unit fail.
 ExecCondition={exec_condition}
 ExecStart={exec_start}
 # Exit codes of a scan that ran and reported: its verdicts live in the history, the

@@ -11,6 +11,7 @@ import yaml
 from gpuboot import locks
 from gpuboot.cli import main
 from gpuboot.inventory import load_inventory
+from gpuboot.schedule import EXIT_HOSTS_HELD
 
 INVENTORY = """all:
   vars: {gpuboot_profile: hgx-h100-sxm-8gpu, nvidia_driver_branch: "550",
@@ -36,7 +37,7 @@ def test_idle_check_passes_when_no_run_holds_the_hosts(inv, capsys):
 
 def test_idle_check_names_the_run_that_holds_a_host(inv, capsys):
     with locks.hold_inventory(load_inventory(inv), "node2", "install"):
-        assert main(["schedule", "--idle-check", "-i", inv, "--json"]) == 1
+        assert main(["schedule", "--idle-check", "-i", inv, "--json"]) == EXIT_HOSTS_HELD
     out = capsys.readouterr()
     assert "scheduled scan skipped: " in out.err and "gpuboot install" in out.err
     assert json.loads(out.out)["idle"] is False
@@ -45,7 +46,7 @@ def test_idle_check_names_the_run_that_holds_a_host(inv, capsys):
 
 
 def test_idle_check_leaves_a_broken_inventory_to_the_scan(tmp_path, capsys, monkeypatch):
-    """Skipping (exit 1) would hide bad input: the scan runs, exits 2 and fails the unit."""
+    """Skipping would hide bad input: the scan runs, exits 2 and fails the unit."""
     monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
     bad = tmp_path / "bad.yml"
     bad.write_text("all: [not, a, mapping]\n")

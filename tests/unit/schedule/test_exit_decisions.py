@@ -6,7 +6,13 @@ from __future__ import annotations
 import re
 
 from gpuboot import breaker, errors, scan
-from gpuboot.schedule import NOT_FROM_SCAN, SCAN_EXITS, failing_codes, reported_codes
+from gpuboot.schedule import (
+    EXIT_HOSTS_HELD,
+    NOT_FROM_SCAN,
+    SCAN_EXITS,
+    failing_codes,
+    reported_codes,
+)
 from tests.paths import REPO
 
 
@@ -48,3 +54,11 @@ def test_a_verdict_leaves_the_unit_succeeded_and_a_broken_run_fails_it():
 
 def test_a_code_is_decided_once():
     assert not set(SCAN_EXITS) & set(NOT_FROM_SCAN)
+
+
+def test_the_idle_checks_held_code_skips_the_unit_under_systemds_rules():
+    """ExecCondition=: 1-254 skip the unit, but systemd counts SuccessExitStatus= codes
+    as success there too: the held code must be none of them (a lab test saw exit 1 let
+    the scan start)."""
+    assert 1 <= EXIT_HOSTS_HELD <= 254
+    assert EXIT_HOSTS_HELD not in reported_codes() and EXIT_HOSTS_HELD not in SCAN_EXITS
