@@ -92,3 +92,84 @@ def test_the_same_xid_on_every_node_opens_the_breaker_and_takes_none_out(lab, cl
         labels = _labels(server, name)
         assert labels.get("gpuboot.io/certified") == "true" and STATE not in labels
         assert not _taken_out(server, name)
+
+
+# A stand-in for gpuboot on a lab node (the controller here has no systemd as PID 1; lab
+# nodes do, and gpuboot is not installed on them): it exits with the code the test left
+# in /run/gpuboot-standin/<verb>, so the units gpuboot schedule ships run under a real
+# systemd (Debian 12's, 252) with their hardening, ExecCondition and SuccessExitStatus.
+STANDIN = "/usr/local/bin/gpuboot-standin"
+STANDIN_SCRIPT = '#!/bin/sh\nexit "$(cat /run/gpuboot-standin/$1)"\n'
+UNIT = "gpuboot-scan.service"
+
+
+def _put(lab, path: str, text: str, mode: str = "0644") -> None:
+    import base64
+
+    data = base64.b64encode(text.encode()).decode()
+    proc = ssh(lab, "node1", f"echo {data} | base64 -d > {path} && chmod {mode} {path}")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _run(lab, *, idle: int, scan: int, by_timer: bool = False) -> tuple[str, str]:
+    """(is-active after the run, its Result) for one run of the shipped service."""
+    # by the timer: wait for the service's next invocation to end (at most 10 s)
+    wait = (
+        f'for i in $(seq 100); do sleep 0.1; [ "$(systemctl show -p InvocationID --value {UNIT})"'
+        f' != "$before" ] && [ "$(systemctl is-active {UNIT})" != activating ] && break; done'
+    )
+    start = (
+        f"systemctl start gpuboot-scan.timer; {wait}; systemctl stop gpuboot-scan.timer"
+        if by_timer
+        else f"systemctl start {UNIT}"
+    )
+    proc = ssh(
+        lab,
+        "node1",
+        f"echo {idle} > /run/gpuboot-standin/schedule; echo {scan} > /run/gpuboot-standin/scan; "
+        f"systemctl reset-failed {UNIT} 2>/dev/null; "
+        f"before=$(systemctl show -p InvocationID --value {UNIT}); {start}; "
+        f"systemctl is-active {UNIT}; systemctl show -p Result --value {UNIT}",
+    )
+    state, result = proc.stdout.split()[-2:]
+    return state, result
+
+
+def test_a_scheduled_scan_that_reports_leaves_its_unit_inactive_not_failed(lab2):
+    from pathlib import Path
+
+    from gpuboot.schedule import EXIT_HOSTS_HELD, systemd
+
+    target = ["-q", "-i", "/etc/gpuboot/site.yml"]
+    units = systemd.Units(
+        name="gpuboot-scan",
+        scan=[STANDIN, "scan", *target],
+        idle_check=[STANDIN, "schedule", "--idle-check", *target],
+        every="hourly",
+        home=Path("/var/lib/gpuboot"),
+        writable=(),
+    )
+    ssh(lab2, "node1", "mkdir -p /run/gpuboot-standin /var/lib/gpuboot")
+    _put(lab2, STANDIN, STANDIN_SCRIPT, "0755")
+    for name, text in systemd.files(units).items():
+        _put(lab2, f"/etc/systemd/system/{name}", text)
+    # the shipped timer fires hourly; a drop-in makes it fire now, as it would on the hour
+    ssh(lab2, "node1", "mkdir -p /etc/systemd/system/gpuboot-scan.timer.d")
+    _put(
+        lab2,
+        "/etc/systemd/system/gpuboot-scan.timer.d/now.conf",
+        "[Timer]\nOnActiveSec=1\nAccuracySec=1\n",
+    )
+    assert ssh(lab2, "node1", "systemctl daemon-reload").returncode == 0
+    try:
+        # the acceptance: a timer-started scan with a known failure (still failing: 5)
+        assert _run(lab2, idle=0, scan=5, by_timer=True) == ("inactive", "success")
+        assert _run(lab2, idle=0, scan=3, by_timer=True) == ("failed", "exit-code")
+        for code in (0, 1, 4, 6):  # the scan ran and reported
+            assert _run(lab2, idle=0, scan=code) == ("inactive", "success"), code
+        assert _run(lab2, idle=0, scan=2) == ("failed", "exit-code")  # bad input
+        # another run holds the hosts: skipped by the condition, not failed
+        assert _run(lab2, idle=EXIT_HOSTS_HELD, scan=3) == ("inactive", "success")
+    finally:
+        ssh(lab2, "node1", f"rm -rf /etc/systemd/system/gpuboot-scan.* {STANDIN} "
+            "/run/gpuboot-standin; systemctl daemon-reload")  # fmt: skip
