@@ -249,9 +249,8 @@ def test_d6_a_half_open_connection_blocks_process_and_is_lost_within_the_heartbe
         silent.wait()
 
     started = time.monotonic()
-    out = run_shard(
-        _job(tmp_path, "ok.yml", heartbeat_s=1.5), python_channel("silent", HALF_OPEN), tmp_path / "s"
-    )
+    job = _job(tmp_path, "ok.yml", heartbeat_s=1.5)
+    out = run_shard(job, python_channel("silent", HALF_OPEN), tmp_path / "s")
     assert time.monotonic() - started < 1.5 + 10  # the heartbeat, the channel's grace
     assert out.state == "lost" and "silent" in out.reason
     assert set(out.hosts.values()) == {"unknown"}
@@ -362,6 +361,7 @@ def test_d3_the_job_finishes_into_the_spool_and_reattach_reads_every_event_once(
     ]
     assert sorted(journaled) == sorted(u for u in sent if u)  # all, none twice
     assert len(journaled) == len(set(journaled))
-    # D5 through the supervisor: its environment held the sentinel, the run dir does not
+    # D5 through the supervisor: its environment held the sentinel, its worker's did not
+    assert SENTINEL.encode() not in spool.spool.read_bytes()
     files = [p for p in shard.rglob("*") if p.is_file()]
     assert not any(SENTINEL in p.read_text(errors="replace") for p in files)
