@@ -15,7 +15,8 @@ from typing import Any
 
 from gpuboot import paths, scan
 from gpuboot.errors import BadInput
-from gpuboot.report._util import iso
+from gpuboot.remediate.ladder import RELEASE
+from gpuboot.report._util import iso, parse_iso
 from gpuboot.results import RunReport
 from gpuboot.status import CERT_DIR, MAX_CERT_BYTES, MAX_REPORT_BYTES, REPORT, _read_json
 from gpuboot.verdict import Status
@@ -32,6 +33,7 @@ KINDS = (
     "remediation",
 )
 ROLLOUT, RESULTS = "rollout.json", "results.json"
+SAME_S = 60  # one release recorded in both histories lies within this of itself
 MAX_RESULTS_BYTES = 64 * 1024 * 1024  # ansible-runner's per-host summary: far below
 
 
@@ -160,8 +162,7 @@ def scan_entries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if scan.RELEASED in rec:
             fold.release()
             seen = set()
-            what = f"released by {rec.get('by') or '?'}: {rec.get('reason') or ''}".rstrip(": ")
-            out.append(_entry(time, "released", None, what))
+            out.append(_entry(time, "released", None, _released(rec)))
             continue
         if rec.get(scan.TREND):
             if time in scanned:
@@ -211,10 +212,35 @@ def remediation_entries(history: Path, hosts: set[str]) -> Entries:
         if rec.get("host") not in hosts or isinstance(at, bool) or not isinstance(at, int | float):
             continue
         time = iso(datetime.fromtimestamp(at, UTC))
+        if rec.get("step") == RELEASE:  # `gpuboot node release`: told as the release it is
+            what = _released(rec)
+            out.setdefault(rec["host"], []).append(_entry(time, "released", None, what))
+            continue
         what = f"{rec.get('step')}: {rec.get('result')}"
         if rec.get("fault"):
             what += f" ({rec['fault']})"
         out.setdefault(rec["host"], []).append(_entry(time, "remediation", None, what))
+    return out
+
+
+def _released(rec: dict[str, Any]) -> str:
+    return f"released by {rec.get('by') or '?'}: {rec.get('reason') or ''}".rstrip(": ")
+
+
+def _once(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A release both histories record (the scan history's, the remediation history's, a
+    second apart) told once."""
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and e["kind"] == last["kind"] == "released"
+            and e["summary"] == last["summary"]
+            and abs((parse_iso(e["time"]) - parse_iso(last["time"])).total_seconds()) <= SAME_S
+        ):
+            continue
+        out.append(e)
     return out
 
 
@@ -240,7 +266,7 @@ def timelines(
             out.setdefault(host, []).extend(entries)
     for entries in out.values():
         entries.sort(key=lambda e: (e["time"], KINDS.index(e["kind"])))
-    return out
+    return {host: _once(entries) for host, entries in out.items()}
 
 
 def node_timeline(

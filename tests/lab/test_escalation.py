@@ -2,7 +2,10 @@
 injected with the emulator's fault tooling at every boot, scanned before each of two reboots
 and after them. Its recommended action stays the Xid's own (reset/reboot) through the first
 reboot and turns into hardware inspection / RMA after the second: in the report, the
-node_exporter textfile and the node's labels (a fake Kubernetes API server)."""
+node_exporter textfile and the node's labels (a fake Kubernetes API server). The node's
+timeline (`gpuboot status node1 --history`) then tells that story in order: its
+certification, the fault, the scans that saw it, the reboots, the escalation, the clearing
+and the release."""
 
 from __future__ import annotations
 
@@ -42,6 +45,9 @@ def test_the_same_xid_back_after_two_reboots_recommends_rma(lab, tmp_path):
     try:
         server.add(node("node1"))
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        certified = gpuboot("certify", "-i", str(lab.inventory), "--probes", "none", "--json")
+        assert certified.returncode in (0, 1), certified.stderr[-3000:]
+        certify_run = json.loads(certified.stdout)["run_id"]
         seen = []
         for boot in range(3):
             if boot:
@@ -84,6 +90,39 @@ def test_the_same_xid_back_after_two_reboots_recommends_rma(lab, tmp_path):
     assert escalated and action.startswith(f"{RMA}: Xid 79 on GPU") and "2 reboots" in action
     assert label == "hardware-inspection-rma" and rc == 1  # new: a scheduler is told
     assert 'gpuboot_scan_escalated_faults{host="node1"} 1' in prom
+    _timeline_tells_the_story(tmp_path / "h.jsonl", certify_run)
+
+
+def _timeline_tells_the_story(history, certify_run: str) -> None:
+    """certify, the fault, the scans that saw it, the reboots and escalation, the scan
+    where it cleared, the release, in that order (the runs root is shared with other lab
+    modules: the story starts at this module's certify)."""
+    proc = gpuboot("status", "node1", "--history", str(history), "--json", check_rc=0)
+    entries = json.loads(proc.stdout)["entries"]
+    start = next(i for i, e in enumerate(entries) if e["run_id"] == certify_run)
+    story = [(e["kind"], e["summary"]) for e in entries[start:]]
+    kinds = [k for k, _s in story]
+    assert kinds[0] == "certify"
+    fault = kinds.index("fault")
+    assert story[fault][1].startswith("xid:79@")
+    assert story[fault + 1][0] == "scan" and "XID-001" in _part(story[fault + 1][1], "new")
+    saw = [i for i, (k, s) in enumerate(story) if k == "scan" and "XID-001" in _part(s, "still")]
+    reboots = [i for i, k in enumerate(kinds) if k == "rebooted"]
+    assert len(reboots) == 3 and reboots[0] < saw[0] and reboots[1] < saw[1]  # each boot seen
+    escalation = kinds.index("escalation")
+    cleared = next(
+        i for i, (k, s) in enumerate(story) if k == "scan" and "XID-001" in _part(s, "cleared")
+    )
+    released = kinds.index("released")
+    assert fault < reboots[0] < escalation < reboots[2] < cleared < released
+    assert story[released][1].startswith("released by ") and "GPU reseated" in story[released][1]
+    assert kinds[released + 1 :] == ["scan"]
+
+
+def _part(summary: str, key: str) -> list[str]:
+    """The rules a scan entry's summary lists under ``key`` ("FAIL; new: A B; still: C")."""
+    found = [p.split(": ", 1)[1] for p in summary.split("; ") if p.startswith(f"{key}: ")]
+    return found[0].split() if found else []
 
 
 def xid_is_failing(action: str) -> bool:

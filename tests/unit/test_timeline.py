@@ -67,7 +67,12 @@ def _story(tmp_path) -> None:
     (home / "scan-history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     step = {"host": "node1", "at": int(_stamp("2026-11-22T12:00:00Z")), "step": "reboot",
             "result": "done", "fault": XID}  # fmt: skip
-    (home / "remediation-history.jsonl").write_text(json.dumps(step) + "\n")
+    # `gpuboot node release` records the release in both histories: told once
+    release = {"host": "node1", "at": int(_stamp("2026-11-23T12:00:01Z")), "step": "release",
+               "result": "done", "fault": "", "by": "ops", "reason": "GPU replaced"}  # fmt: skip
+    (home / "remediation-history.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in (step, release))
+    )
 
 
 def test_a_nodes_timeline_tells_its_story_in_order(tmp_path, guard, capsys):
