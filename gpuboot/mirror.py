@@ -20,6 +20,7 @@ import bz2
 import functools
 import gzip
 import io
+import json
 import lzma
 import urllib.error
 import urllib.request
@@ -491,3 +492,65 @@ def load(sources: list[str], arch: str = "amd64", os_family: str = "debian") -> 
     for source in sources:
         entries.extend(read_entries(source))
     return Index(entries, arch, os_family)
+
+
+# ---------------------------------------------------------------- an inventory's union
+def inventory_stacks(
+    hostvars: dict[str, dict[str, Any]], hosts: list[str], os_family: str | None
+) -> tuple[str, dict[str, list[str]], list[str]]:
+    """What a mirror for these inventory hosts must serve: (their OS family, each stack
+    named by ``gpuboot_stack`` -> its hosts, the hosts pinning the driver alone). One
+    mirror serves one OS family: ``os_family`` picks it, or the hosts' only one."""
+    families: dict[str, list[str]] = {}
+    for host in hosts:
+        families.setdefault(str(hostvars[host].get("gpuboot_os_family", "debian")), []).append(host)
+    if os_family is None:
+        if len(families) > 1:
+            named = "; ".join(f"{fam}: {', '.join(h)}" for fam, h in sorted(families.items()))
+            raise BadInput(
+                f"the hosts run several OS families ({named}): a mirror serves one",
+                where="-i",
+                hint="give --os-family " + " or --os-family ".join(sorted(families)),
+            )
+        os_family = next(iter(families), "debian")
+    chosen = families.get(os_family, [])
+    if not chosen:
+        raise BadInput(
+            f"no selected host has gpuboot_os_family {os_family!r}",
+            where="--os-family",
+            hint="give --os-family " + " or --os-family ".join(sorted(families)),
+        )
+    stacks: dict[str, list[str]] = {}
+    alone: list[str] = []
+    for host in chosen:
+        name = hostvars[host].get("gpuboot_stack")
+        if name is None:
+            alone.append(host)
+        else:
+            stacks.setdefault(str(name), []).append(host)
+    return os_family, stacks, alone
+
+
+def union(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several stacks' mirror documents (gpuboot.matrix.mirror) as one: every package of
+    any of them once per version (each stack's closure resolved on its own, as its nodes
+    install it), every unsatisfied dependency, every module stream."""
+    first = docs[0]
+    out: dict[str, Any] = {k: v for k, v in first.items() if k not in ("stack", "packages")}
+    packages: dict[tuple[str, str], dict[str, Any]] = {}
+    for doc in docs:
+        for pkg in doc["packages"]:
+            key = (pkg["name"], pkg["version"])
+            seen = packages.setdefault(key, {**pkg, "stacks": []})
+            seen["pinned"] = seen["pinned"] or pkg["pinned"]
+            seen["stacks"].append(doc["stack"])
+    out["stacks"] = [doc["stack"] for doc in docs]
+    out["packages"] = list(packages.values())
+    if "module_streams" in first:
+        out["module_streams"] = list(
+            dict.fromkeys(s for doc in docs for s in doc.get("module_streams", []))
+        )
+    if "unsatisfied" in first:
+        unique = {json.dumps(u, sort_keys=True): u for doc in docs for u in doc["unsatisfied"]}
+        out["unsatisfied"] = list(unique.values())
+    return out
