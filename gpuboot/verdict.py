@@ -23,3 +23,7 @@ VERDICTS = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR)
 # What takes a node out of service and makes a run fail: not WARN (a WARN node passes
 # certify only with --allow-warn).
 BAD = (Status.FAIL, Status.ERROR)
+# What a node that passed its checks is shown as when its certificate is partial with a gap
+# its gpuboot_accept_partial does not accept: not certified, so never PASS. A word of the
+# certification (gpuboot.report.extent), never a rule's status.
+PARTIAL = "PARTIAL"

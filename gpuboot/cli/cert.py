@@ -4,7 +4,7 @@ for a node. (`certify --gen-key/--verify` are the old spellings of these.)"""
 from __future__ import annotations
 
 from gpuboot.cli import options
-from gpuboot.cli.outcome import Outcome
+from gpuboot.cli.outcome import EXIT_PARTIAL, Outcome
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
 
 
@@ -12,7 +12,9 @@ def register(verbs, common) -> None:
     cert = verbs.add_parser(
         "cert",
         help="certificate keys and checks: keygen, verify",
-        epilog="exit codes: 0 done (verify: valid), 1 the certificate is not valid, 2 bad input",
+        epilog="exit codes: 0 done (verify: valid), 1 the certificate is not valid, 2 bad input, "
+        f"{EXIT_PARTIAL} verify: authentic and valid but partial, with a gap the node's "
+        "gpuboot_accept_partial does not accept",
     )
     actions = cert.add_subparsers(
         dest="cert_action", required=True, metavar="{keygen,verify}", parser_class=type(cert)
@@ -24,10 +26,16 @@ def register(verbs, common) -> None:
     keygen.set_defaults(func=run_keygen)
     verify = actions.add_parser(
         "verify",
-        parents=[common, options.verify(), options.allow_partial()],
+        parents=[common, options.verify(), options.retired_allow_partial()],
         help="check a certificate (signature, expiry, host, scope) for the node --host names",
     )
     verify.add_argument("certificate", metavar="CERT", help="the certificate (JSON)")
+    verify.add_argument(
+        "-i",
+        "--inventory",
+        help="the inventory whose gpuboot_accept_partial for --host says which gaps of a "
+        "partial certificate are accepted (without it: none)",
+    )
     verify.set_defaults(func=run_verify)
 
 
@@ -63,12 +71,9 @@ def verify(cert_path: str, args, *, label: str) -> Outcome:
             where=label,
             hint="name the node the certificate is presented for (its inventory name)",
         )
+    accepts = _policy(args, label)
     result = certificate.verify(
-        cert_path,
-        args.pubkey,
-        host=args.host,
-        bundle=args.bundle,
-        allow_partial=args.allow_partial,
+        cert_path, args.pubkey, host=args.host, bundle=args.bundle, accepts=accepts
     )
     cert = result.certificate or {}
     doc = {
@@ -78,7 +83,34 @@ def verify(cert_path: str, args, *, label: str) -> Outcome:
         "reason": result.reason,
         "scope": cert.get("scope"),
         "probes": cert.get("probes"),
+        "gaps": cert.get("missing") if cert else None,
+        "accept_partial": list(accepts),
+        "measured": cert.get("measured"),
         "expires_at": cert.get("expires_at"),
     }
-    text = f"{cert_path}: {'valid' if result.ok else 'INVALID'}: {result.reason}"
-    return Outcome(EXIT_OK if result.ok else EXIT_NODE_FAILED, doc, text)
+    word = "valid" if result.ok else "PARTIAL" if result.refused_partial else "INVALID"
+    text = f"{cert_path}: {word}: {result.reason}"
+    if measured := cert.get("measured"):
+        from gpuboot.cli.extent_text import measured_text
+
+        text += f"\n  measured: {measured_text(measured)}"
+    code = EXIT_OK if result.ok else EXIT_PARTIAL if result.refused_partial else EXIT_NODE_FAILED
+    return Outcome(code, doc, text)
+
+
+def _policy(args, label: str) -> tuple[str, ...]:
+    """The gap scopes --host's gpuboot_accept_partial accepts, from -i (none without it)."""
+    path = getattr(args, "inventory", None)
+    if not path:
+        return ()
+    from gpuboot.inventory import load_inventory
+    from gpuboot.report.extent import policy
+
+    inv = load_inventory(path)
+    if args.host not in inv.hosts:
+        raise BadInput(
+            f"host {args.host!r} is not in the inventory",
+            where=f"{label} -i {path}",
+            hint="pass the node's inventory name with --host, or the inventory that holds it",
+        )
+    return policy(inv.hosts[args.host])

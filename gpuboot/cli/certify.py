@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuboot.cli import cert, options
 from gpuboot.cli.document import RunDocument
-from gpuboot.cli.outcome import Outcome, deprecated
+from gpuboot.cli.outcome import EXIT_PARTIAL, Outcome, deprecated
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
 
 
@@ -27,11 +27,16 @@ def register(verbs, common) -> None:
                 kubeconfig_help="apply the join gate: untaint certified nodes, take failing "
                 "ones out within the disruption budget"
             ),
-            options.allow_partial(where="in the --kubeconfig join gate (and in --verify)"),
+            options.retired_allow_partial(),
             # with the old spellings of `gpuboot cert verify|keygen`, kept working
             options.verify(with_flag="with --verify: "),
         ],
         help="check each node against its profile; collect evidence",
+        epilog="exit codes: 0 every node passed (with --sign-key: certified, in full or "
+        "partially as its gpuboot_accept_partial accepts), 1 a node failed or the join gate "
+        "could not act, 2 bad input, 3 the run broke, "
+        f"{EXIT_PARTIAL} with --sign-key: no node failed, but a node's certificate is partial "
+        "with a gap its gpuboot_accept_partial does not accept",
     )
     p.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     p.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
@@ -96,6 +101,7 @@ def _certify_inventory(args, inv) -> Outcome:
     """certify -i: checks and probes, reports, certificates, the gate."""
     from gpuboot import certify
     from gpuboot.cli import gate, render
+    from gpuboot.cli.extent_text import certification_text
     from gpuboot.ids import link_report
     from gpuboot.progress import live_run
     from gpuboot.report import write_reports
@@ -109,12 +115,14 @@ def _certify_inventory(args, inv) -> Outcome:
             probes=args.probes,
         )
     report = link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
+    extents = _extents(args, inv, report)
     written = write_reports(
         report,
         report.run_dir / "reports",
         key_path=Path(args.sign_key) if args.sign_key else None,
         validity_days=args.cert_validity_days,
         allow_warn=args.allow_warn,
+        extents=extents,
     )
     run = RunDocument(report, written)
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED
@@ -122,28 +130,42 @@ def _certify_inventory(args, inv) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
-        text += render.partial_text(certs)
+    text += certification_text(extents, str(inv.path), args.sign_key)
     if args.textfile_dir:
-        run.written["textfile"], warning = _textfile(args, inv, report, certs)
+        run.written["textfile"], warning = _textfile(args, inv, report, certs, extents)
         text += f"\n{warning}" if warning else ""
     if args.calibrate:
         run.calibration = _calibrate(args, report)
         text += render.calibration_text(run.calibration)
+    refused = {h for h, e in extents.items() if not e.certifies} if args.sign_key else set()
     if args.kubeconfig:
-        run.gate, gate_ok = gate.apply(
-            args,
-            inv,
-            report,
-            written,
-            allow_warn=args.allow_warn,
-            allow_partial=args.allow_partial,
-        )
+        run.gate, _ = gate.apply(args, inv, report, written, allow_warn=args.allow_warn)
         text += render.gate_text(run.gate)
-        code = code if gate_ok else EXIT_NODE_FAILED
-    return Outcome(code, run.to_dict(), text)
+        # a partial certificate the gate refused is told by the exit code for partial
+        failed = [
+            a for a in run.gate if (a.error or a.missing) and (a.host or a.node) not in refused
+        ]
+        code = code if not failed else EXIT_NODE_FAILED
+    if code == EXIT_OK and refused:
+        code = EXIT_PARTIAL
+    doc = run.to_dict()
+    for node in doc["nodes"]:  # each passing node's extent beside its verdict
+        if node["host"] in extents:
+            node["certification"] = extents[node["host"]].to_dict()
+    return Outcome(code, doc, text)
 
 
-def _textfile(args, inv, report, certs: list[Path]) -> tuple[Path, str | None]:
+def _extents(args, inv, report):
+    """host -> what the run measured on it and its gaps, for each node certify would
+    certify (PASS; WARN with --allow-warn), with its gpuboot_accept_partial."""
+    from gpuboot.report.certificate import eligible
+    from gpuboot.report.extent import assess_run, policies
+
+    nodes = [n for n in report.nodes if eligible(n, allow_warn=args.allow_warn)]
+    return assess_run(nodes, report.bundle, policies(inv))
+
+
+def _textfile(args, inv, report, certs: list[Path], extents) -> tuple[Path, str | None]:
     """gpuboot-certify.prom for node_exporter, merged with the nodes not in this run."""
     import json
 
@@ -156,6 +178,7 @@ def _textfile(args, inv, report, certs: list[Path]) -> tuple[Path, str | None]:
         kind=prometheus.CERTIFY,
         fleet=set(inv.hosts),
         certificates=issued,
+        extents=extents,
     )
 
 

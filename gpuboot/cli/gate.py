@@ -42,13 +42,14 @@ def apply(
     written: Mapping[str, Path],
     *,
     allow_warn: bool = False,
-    allow_partial: bool = False,
     hold: Mapping[str, str] | None = None,
 ) -> tuple[list[Any], bool]:
     """Gate the report's nodes; (the actions taken, every node gated). ``hold``: host ->
     why it must not be taken out (the breaker): flagged noncompliant instead. A node held
-    back is gated: holding it is the gate's decision, not a failure."""
+    back is gated: holding it is the gate's decision, not a failure. A partial certificate
+    lifts a taint only where the node's gpuboot_accept_partial accepts its gaps."""
     from gpuboot.k8s import apply_gate
+    from gpuboot.report.extent import policies
 
     actions = apply_gate(
         report,
@@ -58,7 +59,7 @@ def apply(
         node_names=inv.k8s_node_names(),
         dry_run=args.k8s_dry_run,
         allow_warn=allow_warn,
-        allow_partial=allow_partial,
+        accept_partial=policies(inv),
         hold=hold,
         limits=limits_from(args),
         cooldown_s=args.cooldown,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from argparse import SUPPRESS
 
 HISTORY_HELP = "scan history (default: $GPUBOOT_HOME/scan-history.jsonl)"
 
@@ -191,14 +192,25 @@ def verify(*, with_flag: str = "") -> argparse.ArgumentParser:
     return group
 
 
-def allow_partial(*, where: str = "") -> argparse.ArgumentParser:
+class _RetiredAllowPartial(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        from gpuboot.errors import BadInput
+        from gpuboot.report.extent import ACCEPT_VAR, GAP_SCOPES
+
+        raise BadInput(
+            "--allow-partial was removed: which gaps of a partial certificate a node may "
+            "have is its group's policy now, not one switch for the whole run",
+            where=option_string,
+            hint=f"set {ACCEPT_VAR} in the inventory for the hosts or group (e.g. {ACCEPT_VAR}: "
+            f"[mig]; names: {', '.join(GAP_SCOPES)}), then run the command without "
+            f"{option_string}",
+        )
+
+
+def retired_allow_partial() -> argparse.ArgumentParser:
+    """--allow-partial, refused with the inventory variable that replaced it (exit 2)."""
     group = _group()
-    group.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="accept a partial certificate (its run proved less than the SKU requires, e.g. "
-        "no pair partner or no probes)" + (f" {where}" if where else ""),
-    )
+    group.add_argument("--allow-partial", nargs=0, action=_RetiredAllowPartial, help=SUPPRESS)
     return group
 
 

@@ -6,6 +6,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+# certify (with --sign-key) and cert verify: no node failed, but a node's certificate is
+# partial with a gap its gpuboot_accept_partial does not accept: it is not certified.
+# Not 1 (nothing failed), nor 4-6 (scan's): documented in README.md's exit codes.
+EXIT_PARTIAL = 7
+
 
 class Outcome:
     """What a verb hands back: an exit code, a JSON document and the human text."""

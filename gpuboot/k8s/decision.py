@@ -4,7 +4,8 @@ Pure: reads the certificate and the bundle's meta.json named by the report, neve
 cluster. ``Target.error`` set means the gate must not touch the node (a PASS whose
 certificate is missing, unreadable, for another host, expired or partial, i.e. its run
 proved less than the SKU requires, such as no pair partner or no probes: lifting the taint
-then would let an unproven node in). ``allow_partial`` accepts a partial certificate.
+then would let an unproven node in). A partial certificate is accepted only where the
+node's ``gpuboot_accept_partial`` (``accepts``) names the scope of every gap.
 
 A failing node is taken out with gpuboot's keyed taint only (``drain`` False: nothing
 evicts its pods, so no cordon). A node the harness could not judge (ERROR, nothing FAILed)
@@ -23,7 +24,7 @@ from typing import Any, Literal
 from gpuboot.errors import GpubootError
 from gpuboot.k8s import conditions as C
 from gpuboot.k8s import labels as L
-from gpuboot.report.certificate import partial
+from gpuboot.report.extent import refusal
 from gpuboot.results import NodeReport
 from gpuboot.verdict import Status
 
@@ -149,10 +150,10 @@ def decide(
     certificate: str | Path | None,
     allow_warn: bool,
     now: datetime,
-    allow_partial: bool = False,
+    accepts: tuple[str, ...] = (),
 ) -> Target:
     """``node`` of a run whose evidence is in ``bundle``; ``certificate``: the file issued
-    for it, if any."""
+    for it, if any; ``accepts``: the gap scopes its ``gpuboot_accept_partial`` names."""
     host, verdict = node.host, node.verdict
     if verdict == Status.FAIL:
         return _uncertified(node, (Status.FAIL, Status.ERROR), allow_warn=allow_warn)
@@ -189,12 +190,11 @@ def decide(
         cert = read_certificate(path, host, now)
     except ValueError as exc:
         return Target(host, verdict, error=f"{exc}: node left untouched")
-    if not allow_partial and (gap := partial(cert.doc)):
+    if why := refusal(cert.doc, accepts, host):
         return Target(
             host,
             verdict,
-            error=f"certificate {path} is partial ({gap}): node left untouched, its "
-            "uncertified taint stays; certify it with a pair partner at probe level quick or full",
+            error=f"certificate {path}: {why}; node left untouched, its uncertified taint stays",
         )
     stack = stack_of(bundle, host, cert)
     return Target(

@@ -218,7 +218,7 @@ def apply_gate(
     dry_run: bool = False,
     allow_warn: bool = False,
     now: datetime | None = None,
-    allow_partial: bool = False,
+    accept_partial: Mapping[str, tuple[str, ...]] | None = None,
     hold: Mapping[str, str] | None = None,
     limits: Limits | None = None,
     cooldown_s: int = DEFAULT_COOLDOWN_S,
@@ -234,7 +234,8 @@ def apply_gate(
     why: the breaker). ERROR only: left as it is, conditions Unknown. ``dry_run`` sends
     the same PATCHes with ``dryRun=All``: validated by the API server (conflicts
     included), stored by nobody. A partial certificate (its run proved less than the SKU
-    requires) lifts no taint unless ``allow_partial``.
+    requires) lifts no taint unless ``accept_partial`` (host -> its gpuboot_accept_partial)
+    names the scope of every gap.
 
     Every decision is made from one node list before the first write, worst verdict first
     (the budget goes to the worst); the writes follow in report order.
@@ -255,7 +256,7 @@ def apply_gate(
             certificate=issued.get(node.host),
             allow_warn=allow_warn,
             now=at,
-            allow_partial=allow_partial,
+            accepts=(accept_partial or {}).get(node.host, ()),
         )
         actions[node.host] = GateAction(
             node=name,

@@ -93,12 +93,12 @@ def run_ladder(
     scan_history: Path | None = None,
     certify_timeout_s: float = CERTIFY_TIMEOUT_S,
     cooldown_s: int = DEFAULT_COOLDOWN_S,
-    allow_partial: bool = False,
 ) -> RemediationResult:
     """Remediate the failing nodes of ``report`` (None: certify the selection first).
     ``sign_key``: certificates for the nodes that pass, so the gate returns them to service.
     ``cooldown_s``: after a human cancelled gpuboot's take-out, how long the node is left
-    alone (unless its fault is critical). ``allow_partial``: as certify's join gate.
+    alone (unless its fault is critical). A partial certificate returns a node to service
+    only where its ``gpuboot_accept_partial`` accepts every gap, as certify's join gate.
     ``scan_history``: the fleet's scan history (default GPUBOOT_HOME's): the remediation
     history sits beside it, and a fault it saw come back after the reboot threshold
     (gpuboot.escalation) goes straight to quarantine; ``history`` overrides the former.
@@ -129,7 +129,7 @@ def run_ladder(
         facts, past, member = _standing(api, name, node, records, cooldown_s)
         cl = None
         if api is not None and kubeconfig and member:
-            cl = Cluster(api, limits, kubeconfig, context, sign_key, allow_partial)
+            cl = Cluster(api, limits, kubeconfig, context, sign_key)
         if dry_run:
             do: Callable[[str], tuple[str, str]] = _would
         else:

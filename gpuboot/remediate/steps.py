@@ -43,7 +43,6 @@ class Cluster:
     kubeconfig: str
     context: str | None
     sign_key: Path | None
-    allow_partial: bool = False  # the gate accepts a partial certificate (no pair partner)
 
 
 class Steps:
@@ -231,6 +230,7 @@ class Steps:
         from gpuboot.cli.gate import certificates
         from gpuboot.k8s import apply_gate
         from gpuboot.report import write_reports
+        from gpuboot.report.extent import policies
 
         assert report.run_dir is not None
         written = write_reports(report, report.run_dir / "reports", key_path=self.cluster.sign_key)
@@ -240,7 +240,8 @@ class Steps:
             kubeconfig=self.cluster.kubeconfig,
             context=self.cluster.context,
             node_names={self.host: self.name},
-            allow_partial=self.cluster.allow_partial,
+            # a certify of one node has no pair partner: its group's policy decides
+            accept_partial=policies(self.inv),
             limits=self.cluster.limits,
         )
         errors = [a.error for a in actions if a.error]

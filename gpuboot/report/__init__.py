@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gpuboot.report.extent import Extent
     from gpuboot.results import RunReport
 
 HTML_NAME = "report.html"
@@ -29,12 +32,15 @@ def write_reports(
     allow_warn: bool = False,
     now: datetime | None = None,
     kind: str | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> dict[str, Path]:
     """Write every output into ``out_dir``; returns name -> path.
 
     Keys: ``html``, ``junit``, ``prometheus`` and ``certificate:<host>`` for each node
     certified (only with ``key_path``; only PASS nodes, WARN too when ``allow_warn``).
     ``kind`` names the metric families (``prometheus.SCAN`` for a scan's report).
+    ``extents``: a certify run's, host -> what was measured and whether its policy accepts
+    the gaps (gpuboot.report.extent): a partial node is shown PARTIAL, never PASS.
     Certificates are issued first so the HTML and metrics can show their expiry.
     """
     # Imported here: they bring every rule and evidence parser (0.3 s), which the package's
@@ -65,10 +71,15 @@ def write_reports(
                 paths[f"certificate:{node.host}"] = certificate.write(
                     cert, out_dir / CERT_DIR / f"{node.host}.json"
                 )
-    paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now)
-    paths["junit"] = junit.write(report, out_dir / JUNIT_NAME)
+    paths["html"] = html.write(report, out_dir / HTML_NAME, certs, now=now, extents=extents)
+    paths["junit"] = junit.write(report, out_dir / JUNIT_NAME, extents=extents)
     paths["prometheus"] = prometheus.write(
-        report, out_dir / PROM_NAME, certs, now=now, kind=kind or prometheus.CERTIFY
+        report,
+        out_dir / PROM_NAME,
+        certs,
+        now=now,
+        kind=kind or prometheus.CERTIFY,
+        extents=extents,
     )
     return paths
 

@@ -1,4 +1,4 @@
-"""Signed per-node certificates (schema ``gpuboot.certificate/v2``).
+"""Signed per-node certificates (schema ``gpuboot.certificate/v3``).
 
 The signature is Ed25519 over the canonical JSON of the certificate without its
 ``signature`` member (sorted keys, no whitespace, UTF-8). The file on disk is the same
@@ -6,14 +6,15 @@ document pretty-printed by ``render``; ``verify`` of a file also requires the by
 exactly that rendering, so *any* one-byte edit fails, including edits JSON parsing would
 forgive (whitespace, ``\\u001f`` vs ``\\u001F``, ``1e+16`` vs ``1E+16``).
 
-A certificate says what was proven: the probe level, every check with its status and
-reason (SKIPPED ones too), and its ``scope``: ``full`` when every check of the catalogue
-was judged and every probe the SKU requires (``required_checks``) measured within its band,
-else ``partial`` with what is ``missing`` (a single-node run has no pair partner; probe
-level none runs no probe). A partial certificate is a signed record, not a certification:
-``verify`` and the join gate refuse it unless told to accept partial ones. It is about one
-node: ``verify`` checks the host it is presented for and, given a later bundle, that the
-hardware is the one certified. Validity is capped at ``MAX_VALIDITY_DAYS``.
+A certificate says what was proven: what the run measured (``measured``: probe level,
+repeats, DCGM diag level, GPUs, rails against the profile's, pair partners), every check
+with its status and reason (SKIPPED ones too), and its ``scope``: ``full`` when every check
+of the catalogue was judged and every probe the SKU requires measured on every rail, else
+``partial`` with what is ``missing``, each gap with its scope name (gpuboot.report.extent).
+A partial certificate is a signed record, not a certification: ``verify`` and the join gate
+accept it only where the node's ``gpuboot_accept_partial`` names every gap's scope. It is
+about one node: ``verify`` checks the host it is presented for and, given a later bundle,
+that the hardware is the one certified. Validity is capped at ``MAX_VALIDITY_DAYS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,11 +33,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gpuboot import __version__
-from gpuboot.bundle.names import META, is_safe_name
-from gpuboot.bundle.store import parse_meta, read_file_capped
-from gpuboot.checks.base import Finding
-from gpuboot.checks.rules import RULES
+from gpuboot.bundle.names import is_safe_name
+from gpuboot.bundle.store import read_file_capped
 from gpuboot.errors import BadInput, GpubootError
+from gpuboot.report import extent as X
 from gpuboot.report._util import (
     ERROR,
     FAIL,
@@ -46,6 +47,7 @@ from gpuboot.report._util import (
     parse_iso,
     utc_now,
 )
+from gpuboot.report.extent import FULL, PARTIAL, partial  # noqa: F401  (the certificate's API)
 from gpuboot.report.fingerprint import differences, host_fingerprint, identity
 from gpuboot.report.signing import (  # noqa: F401  (canonical, key_id: the certificate's API)
     ALGORITHM,
@@ -56,11 +58,9 @@ from gpuboot.report.signing import (  # noqa: F401  (canonical, key_id: the cert
 )
 from gpuboot.results import NodeReport
 
-SCHEMA = "gpuboot.certificate/v2"  # v2: probe level, scope, required/missing checks
+SCHEMA = "gpuboot.certificate/v3"  # v3: what was measured, each missing check's gap scope
 DEFAULT_VALIDITY_DAYS = 30
 MAX_VALIDITY_DAYS = 365  # a year: hardware and stack drift; re-certify at least that often
-FULL, PARTIAL = "full", "partial"
-FULL_PROBE_LEVELS = ("quick", "full")  # probe level none measures nothing
 _MEASUREMENT_KEYS = (
     "name", "value", "unit", "median_of", "samples", "warn_below", "fail_below",
     "physical_limit", "physical_limit_source", "pct_of_limit", "margin", "expected",
@@ -69,7 +69,7 @@ _MEASUREMENT_KEYS = (
 _SAFE_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
 _REQUIRED = (
     "schema", "host", "verdict", "rules", "issued_at", "expires_at", "evidence",
-    "probes", "scope", "required", "missing",
+    "probes", "scope", "required", "missing", "measured",
 )  # fmt: skip
 _MAX_DIFFERENCES = 5  # named in a refusal; the count says how many more
 
@@ -79,6 +79,8 @@ class VerifyResult:
     ok: bool
     reason: str
     certificate: dict[str, Any] | None = None
+    # authentic and valid, but partial with gaps the node's policy does not accept
+    refused_partial: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
@@ -214,106 +216,6 @@ def _evidence(bundle: Path, host: str) -> dict[str, Any]:
     }
 
 
-def _meta(host_dir: Path) -> dict[str, Any]:
-    try:
-        return parse_meta(read_file_capped(host_dir / META), str(host_dir))
-    except GpubootError:
-        return {}
-
-
-def _profile_name(meta: dict[str, Any]) -> str | None:
-    pins = meta.get("pins") if isinstance(meta.get("pins"), dict) else {}
-    name = meta.get("profile") or pins.get("gpuboot_profile")
-    return name if isinstance(name, str) else None
-
-
-def _sku(host_dir: Path, name: str | None, listed: dict[str, str]) -> dict[str, Any] | None:
-    """The host's profile as evaluate resolves it: a file of the host directory the run's
-    manifest lists (``listed``, already checked against its hash: a profile slipped in
-    later must not lower the requirements) or a shipped profile; None when it cannot be had."""
-    from gpuboot.bundle.profile import bundle_profile  # yaml: only when issuing
-
-    own = name is not None and f"{host_dir.name}/{name}" in listed
-    try:
-        files = {name: read_file_capped(host_dir / name)} if own and name else {}
-    except GpubootError:
-        return None
-    try:
-        return bundle_profile(host_dir.name, {"profile": name}, files)
-    except (GpubootError, OSError):
-        return None
-
-
-def required_checks(profile: dict[str, Any] | None) -> list[str]:
-    """What a full certificate must have measured on this SKU: DCGM diag, host<->device
-    copies, the TCP pair probe, and where the hardware has the part, copies between GPUs
-    and the collective (two GPUs or more) and ib_write_bw (an RDMA NIC). Without a profile,
-    every one of them."""
-    hardware = (profile or {}).get("hardware") or {}
-    gpus = int((hardware.get("gpu") or {}).get("count", 2))
-    checks = ["DCG-001", "BW-001", "BW-002", "BW-006"]
-    checks += ["BW-003", "BW-004"] if gpus >= 2 else []
-    checks += ["BW-005"] if hardware.get("nics") or not hardware else []
-    return sorted(checks)
-
-
-def unmeasured_rails(profile: dict[str, Any] | None, names: list[str]) -> list[str]:
-    """The profile's rails (its NICs' HCAs) without an ib_write_bw run among the host's
-    evidence files ``names``: a rail the run did not measure is not proven."""
-    from gpuboot.bundle.names import ib_write_bw_file
-
-    nics = ((profile or {}).get("hardware") or {}).get("nics") or []
-    rails = [str(n["hca"]) for n in nics if isinstance(n, dict) and n.get("hca")]
-    ran = {r for r in rails for n in names if n.startswith(ib_write_bw_file(r, "")[:-4])}
-    return [r for r in rails if r not in ran]
-
-
-def scope(
-    findings: list[Finding],
-    level: Any,
-    required: list[str],
-    rails_missing: tuple[str, ...] | list[str] = (),
-) -> tuple[str, list[dict[str, str]]]:
-    """(full|partial, what is missing): the probe level, each catalogue rule not judged,
-    each required probe not measured within its band (skipped, or not run at all)."""
-    missing = []
-    if level not in FULL_PROBE_LEVELS:
-        missing.append(
-            {
-                "check": "probes",
-                "reason": f"probe level {level if isinstance(level, str) else 'not recorded'}: "
-                f"a full certificate needs {' or '.join(FULL_PROBE_LEVELS)}",
-            }
-        )
-    by_rule = {f.rule: f for f in findings}
-    for rule_id in sorted(r.id for r in RULES):
-        f = by_rule.get(rule_id)
-        if f is None:
-            missing.append({"check": rule_id, "reason": "not evaluated in this run"})
-        elif rule_id in required and f.status not in (PASS, WARN):
-            missing.append({"check": rule_id, "reason": f"{f.status}: {f.reason}"})
-        elif rule_id == "BW-005" and rule_id in required and rails_missing:
-            missing.append(
-                {
-                    "check": "BW-005",
-                    "reason": f"rails {', '.join(rails_missing)} not measured (probe level "
-                    f"{level} measures the first rail only: certify with --probes full)",
-                }
-            )
-    return (PARTIAL if missing else FULL), missing
-
-
-def partial(cert: dict[str, Any]) -> str | None:
-    """Why a certificate does not certify its node fully; None for a full one."""
-    if cert.get("scope") == FULL and not cert.get("missing"):
-        return None
-    missing = cert.get("missing")
-    if not isinstance(missing, list) or not missing:
-        return "its scope is not recorded as full"
-    names = [str(m.get("check")) if isinstance(m, dict) else str(m) for m in missing]
-    return f"{', '.join(names)} not proven"
-
-
 def issue(
     node_report: NodeReport,
     bundle_dir: Path | str,
@@ -341,24 +243,22 @@ def issue(
     key = load_private_key(key_path)
     bundle = Path(bundle_dir)
     evidence = _evidence(bundle, host)  # first: refuses a missing or changed bundle
-    meta = _meta(bundle / host)
-    profile = _profile_name(meta)
-    sku = _sku(bundle / host, profile, evidence["host_files"])
-    required = required_checks(sku)
+    names = [k.partition("/")[2] for k in evidence["host_files"]]
+    assessed = X.assess(node_report, bundle / host, names)
+    meta = X.read_meta(bundle / host)
     findings = sorted(node_report.findings, key=lambda f: f.rule)
     level = meta.get("probes")
-    names = [k.partition("/")[2] for k in evidence["host_files"]]
-    extent, missing = scope(findings, level, required, unmeasured_rails(sku, names))
     issued = (now or utc_now()).replace(microsecond=0)
     cert: dict[str, Any] = {
         "schema": SCHEMA,
         "host": host,
         "verdict": node_report.verdict,
-        "profile": profile,
+        "profile": X.profile_name(meta),
         "probes": level if isinstance(level, str) else None,
-        "scope": extent,
-        "required": required,
-        "missing": missing,
+        "scope": assessed.scope,
+        "required": list(assessed.required),
+        "missing": [g.to_dict() for g in assessed.gaps],
+        "measured": dict(assessed.measured),
         "rules": [
             {k: getattr(f, k) for k in ("rule", "title", "status", "reason")} for f in findings
         ],
@@ -490,12 +390,13 @@ def verify(
     *,
     host: str | None,
     bundle: Path | str | None = None,
-    allow_partial: bool = False,
+    accepts: Sequence[str] = (),
     now: datetime | None = None,
 ) -> VerifyResult:
     """Is ``cert`` a valid certificate of ``host``: signed with this key, within its
-    validity period, about that host, full in scope (or ``allow_partial``), and, given a
-    ``bundle`` collected since, about the same hardware? Checked in that order.
+    validity period, about that host, full in scope or partial with only gaps ``accepts``
+    names (the node's ``gpuboot_accept_partial``), and, given a ``bundle`` collected
+    since, about the same hardware? Checked in that order.
 
     ``host=None`` checks no host: say so explicitly (a certificate is about one node).
     ``cert`` is a file path, a file's bytes, or an already parsed document (a dict skips
@@ -507,11 +408,11 @@ def verify(
     why = _authentic(doc, public_key) or _period(doc, now or utc_now())
     if why is None and host is not None and doc["host"] != host:
         why = f"certificate is for host {doc['host']!r}, not {host!r}"
-    if why is None and not allow_partial and (gap := partial(doc)):
-        why = f"partial certificate: {gap}; it does not certify the node"
+    if why is None and (refused := X.refusal(doc, accepts, str(doc["host"]))):
+        return VerifyResult(False, f"{refused}; it does not certify the node", doc, True)
     if why is None and bundle is not None:
         why = _same_hardware(doc, Path(bundle), public_key)
     if why is not None:
         return VerifyResult(False, why)
-    extent = "" if doc["scope"] == FULL else f", partial: {partial(doc)}"
+    extent = "" if doc["scope"] == FULL else f", partial, accepted by its policy: {partial(doc)}"
     return VerifyResult(True, f"valid until {doc['expires_at']} ({doc['host']}{extent})", doc)

@@ -1,15 +1,19 @@
 """A self-contained HTML report: inline CSS and SVG, no scripts, no external assets.
 
 Everything that came from a machine (host names, reasons, tool output) is escaped; the
-verdict is always written as a word next to its colour and symbol.
+verdict is always written as a word next to its colour and symbol. A certify run's node that
+passed its checks but whose certificate is partial with gaps its gpuboot_accept_partial does
+not accept is shown PARTIAL ("not certified for" what was not measured), never PASS; what
+each node's run measured is listed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuboot import __version__
 from gpuboot.report._util import (
@@ -37,17 +41,24 @@ from gpuboot.report.charts import (
     outliers,
 )
 from gpuboot.results import NodeReport, RunReport
+from gpuboot.verdict import PARTIAL
 
-ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PASS: 3, SKIPPED: 4}
+if TYPE_CHECKING:
+    from gpuboot.report.extent import Extent
+
+ORDER = {FAIL: 0, ERROR: 1, WARN: 2, PARTIAL: 3, PASS: 4, SKIPPED: 5}
 BAR_ROWS_MAX = 24  # up to this many nodes a chart has a bar per node; beyond, a distribution
 BAD = (FAIL, ERROR, WARN)
 MEANING = {
-    PASS: "certified, may join the cluster",
+    PASS: "every check passed; certified where its certificate is full or its policy "
+    "accepts the gaps",
     WARN: "degraded; joins only if policy allows",
     FAIL: "hardware or configuration fault",
     ERROR: "harness could not measure; not a hardware verdict",
 }
 SKIPPED_MEANING = "a check that did not run (its reason says why): proves nothing"
+PARTIAL_MEANING = "passed its checks, but partial: not certified for what its run did not measure"
+PARTIAL_SYMBOL = "◐"
 
 CSS = """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;
@@ -75,6 +86,8 @@ padding:12px 16px}
 .s-FAIL{color:var(--fail);border-color:#ff8182}
 .s-ERROR{color:var(--error);border-color:#a371f7}
 .s-SKIPPED{color:var(--muted);border-color:var(--line)}
+.s-PARTIAL{color:#953800;border-color:#fb8f44}
+.badge.s-PARTIAL,.outcome.s-PARTIAL{background:#fff1e5}
 .badge{display:inline-block;padding:1px 9px;border-radius:12px;font-weight:700;font-size:13px;
 border:1px solid;white-space:nowrap}
 .badge.s-PASS,.outcome.s-PASS{background:var(--pass-bg)}
@@ -125,8 +138,17 @@ def _e(text: Any) -> str:
 
 
 def badge(status: str) -> str:
+    if status == PARTIAL:
+        return f'<span class="badge s-{PARTIAL}">{PARTIAL_SYMBOL} {PARTIAL}</span>'
     status = status if status in RULE_STATUSES else ERROR
     return f'<span class="badge s-{status}">{SYMBOL[status]} {status}</span>'
+
+
+def shown(n: NodeReport, extents: Mapping[str, Extent]) -> str:
+    """The node's verdict as the report shows it: PARTIAL for a node that passed its
+    checks whose certification its policy does not accept."""
+    e = extents.get(n.host)
+    return PARTIAL if e is not None and not e.certifies else n.verdict
 
 
 def _by_verdict(n: NodeReport) -> tuple[Any, ...]:
@@ -140,38 +162,40 @@ def _covered(node: NodeReport) -> set[str]:
     return {f.rule for f in node.findings if f.status in (FAIL, ERROR, WARN)}
 
 
-def _header(report: RunReport, now: datetime, certificates: dict[str, Any]) -> str:
+def _header(
+    report: RunReport, now: datetime, certificates: dict[str, Any], extents: Mapping[str, Extent]
+) -> str:
     nodes = report.nodes
-    counts = {s: sum(1 for n in nodes if n.verdict == s) for s in STATUSES}
-    overall = (
-        PASS
-        if nodes and counts[PASS] == len(nodes)
-        else FAIL
-        if counts[FAIL]
-        else (ERROR if counts[ERROR] else WARN if counts[WARN] else PASS)
-    )
+    counts = {s: sum(1 for n in nodes if shown(n, extents) == s) for s in (*STATUSES, PARTIAL)}
+    # the worst shown verdict; an empty report is PASS
+    overall = next((s for s in (FAIL, ERROR, WARN, PARTIAL) if counts[s]), PASS)
     elapsed = report.elapsed_s
     run_id = report.run_id if report.run_id is not None else "n/a"
     meta = [f"run <code>{_e(run_id)}</code>", f"generated {iso(now)}"]
     if elapsed is not None:
         meta.append(f"took {_e(elapsed)} s")
     bundle = f"evidence bundle <code>{_e(report.bundle)}</code>" if report.bundle else ""
+    meaning = {**MEANING, PARTIAL: PARTIAL_MEANING}
+    symbol = {**SYMBOL, PARTIAL: PARTIAL_SYMBOL}
     cards = "".join(
         f'<div class="card s-{s}"><div class="n">{counts[s]}</div>'
-        f'<div><b>{SYMBOL[s]} {s}</b></div><div class="what">{MEANING[s]}</div></div>'
-        for s in STATUSES
+        f'<div><b>{symbol[s]} {s}</b></div><div class="what">{meaning[s]}</div></div>'
+        for s in (*STATUSES, PARTIAL)
+        if s != PARTIAL or counts[PARTIAL]
     )
     # Without a signing key nothing is certified; say what passed instead of "0 certified".
-    # A partial certificate (short of the SKU's probes) certifies nothing: counted apart.
-    partials = sum(partial(c) is not None for c in certificates.values())
+    # A partial certificate certifies only where the node's policy accepts its gaps.
+    refused = [h for h in certificates if _refused(h, certificates[h], extents)]
     done, word = (
-        (len(certificates) - partials, "certified") if certificates else (counts[PASS], "passed")
+        (len(certificates) - len(refused), "certified")
+        if certificates
+        else (counts[PASS], "passed")
     )
-    word += f", {partials} partial" if partials else ""
+    word += f", {len(refused)} partial" if refused else ""
     return (
         '<header><div class="head"><div><h1>GPU node certification report</h1>'
         f'<p class="meta">{" · ".join(meta)}</p><p class="meta">{bundle}</p></div>'
-        f'<div class="outcome s-{overall}">{SYMBOL[overall]} {done} of {len(nodes)} '
+        f'<div class="outcome s-{overall}">{symbol[overall]} {done} of {len(nodes)} '
         f"node{'s' if len(nodes) != 1 else ''} {word}</div></div>"
         f'<div class="cards{" compact" if len(nodes) > BAR_ROWS_MAX else ""}">{cards}</div>'
         "</header>"
@@ -189,43 +213,107 @@ def _counts(items: list[str]) -> str:
     )
 
 
-def _cert_text(cert: dict[str, Any] | None) -> str:
+def _refused(host: str, cert: dict[str, Any], extents: Mapping[str, Extent]) -> bool:
+    """A certificate that does not certify its node: partial and not accepted."""
+    e = extents.get(host)
+    return (not e.certifies) if e is not None else partial(cert) is not None
+
+
+def _cert_text(host: str, cert: dict[str, Any] | None, extents: Mapping[str, Extent]) -> str:
+    e = extents.get(host)
     if not cert:
+        if e is not None and e.gaps:
+            return f'<span class="none">not issued</span> (partial: {_e(_gap_words(e))})'
         return '<span class="none">not issued</span>'
     until = f"until {_e(str(cert.get('expires_at'))[:10])}"
-    gap = partial(cert)
-    return f'<span class="s-WARN">partial</span> {until}: {_e(gap)}' if gap else until
+    if not _refused(host, cert, extents):
+        if e is not None and e.gaps:
+            return f"{until}; partial, accepted by its policy: {_e(_gap_words(e))}"
+        return until
+    what = _gap_words(e, only_refused=True) if e is not None else partial(cert)
+    return f'<span class="s-{PARTIAL}">partial: not certified</span> for {_e(what)} ({until})'
 
 
-def _row(n: NodeReport, certificates: dict[str, Any]) -> str:
+def _gap_words(e: Extent, *, only_refused: bool = False) -> str:
+    """The gaps by scope: 'BW-005, BW-006 not measured (no-pair)'."""
+    left = set(e.unaccepted)
+    by_scope: dict[str, list[str]] = {}
+    for g in e.gaps:
+        if not only_refused or g.scope in left:
+            by_scope.setdefault(g.scope, []).append(g.check)
+    return "; ".join(f"{', '.join(c)} not measured ({s})" for s, c in by_scope.items())
+
+
+def _row(n: NodeReport, certificates: dict[str, Any], extents: Mapping[str, Extent]) -> str:
     bad = [f.rule for f in n.findings if f.status in BAD]
     return (
-        f'<tr><td class="host">{_e(n.host)}</td><td>{badge(n.verdict)}</td>'
+        f'<tr><td class="host">{_e(n.host)}</td><td>{badge(shown(n, extents))}</td>'
         f"<td>{_counts([f.status for f in n.findings])}</td>"
         f"<td>{_counts([measurement_status(m) for m in n.measurements])}</td>"
         f'<td class="mono">{_e(", ".join(bad)) or "<span class=none>—</span>"}</td>'
-        f"<td>{_cert_text(certificates.get(n.host))}</td></tr>"
+        f"<td>{_cert_text(n.host, certificates.get(n.host), extents)}</td></tr>"
     )
 
 
-def _table(nodes: tuple[NodeReport, ...], certificates: dict[str, Any]) -> str:
+def _table(
+    nodes: tuple[NodeReport, ...], certificates: dict[str, Any], extents: Mapping[str, Extent]
+) -> str:
     head = (
         "<table><thead><tr><th>Host</th><th>Verdict</th><th>Rules</th><th>Measurements</th>"
         "<th>Rules not passed</th><th>Certificate</th></tr></thead><tbody>"
     )
-    ordered = sorted(nodes, key=_by_verdict)
-    bad = [n for n in ordered if n.verdict != PASS]
-    good = [n for n in ordered if n.verdict == PASS]
+    ordered = sorted(nodes, key=lambda n: (ORDER.get(shown(n, extents), 1), host_key(n.host)))
+    bad = [n for n in ordered if shown(n, extents) != PASS]
+    good = [n for n in ordered if shown(n, extents) == PASS]
     out = "<h2>Verdict per node</h2>"
     if bad:
-        out += head + "".join(_row(n, certificates) for n in bad) + "</tbody></table>"
+        out += head + "".join(_row(n, certificates, extents) for n in bad) + "</tbody></table>"
     if good:  # collapsed: at 300 nodes they would push everything else off the page
+        rows = "".join(_row(n, certificates, extents) for n in good)
         out += (
             f"<details><summary>{len(good)} passing node{'s' if len(good) != 1 else ''}"
-            f"</summary>{head}{''.join(_row(n, certificates) for n in good)}</tbody></table>"
-            "</details>"
+            f"</summary>{head}{rows}</tbody></table></details>"
         )
     return out
+
+
+def _measured(extents: Mapping[str, Extent]) -> str:
+    """What each passing node's run measured, against its profile: collapsed."""
+    if not extents:
+        return ""
+    rows = []
+    for host in sorted(extents, key=host_key):
+        e = extents[host]
+        m = e.measured
+        gpus, rails, pairs = m.get("gpus") or {}, m.get("rails") or {}, m.get("pairs") or {}
+        got, every = rails.get("measured") or [], rails.get("profile") or []
+        scope = (
+            "full"
+            if not e.gaps
+            else f"partial{'' if e.certifies else ', not certified'}: {_gap_words(e)}"
+        )
+        cells = [
+            m.get("probes") or "not recorded",
+            m.get("repeats") or 0,
+            f"-r {m['dcgm_diag_level']}" if m.get("dcgm_diag_level") else "not run",
+            f"{gpus.get('measured') or 0} of {gpus.get('profile') or '?'}",
+            f"{len(got)} of {len(every)}" + (f": {', '.join(got)}" if got else ""),
+            ", ".join(pairs.get("tcp_bw") or []) or "none",
+            ", ".join(pairs.get("ib_write_bw") or []) or "none",
+            scope,
+        ]
+        rows.append(
+            f'<tr><td class="host">{_e(host)}</td>'
+            + "".join(f"<td>{_e(c)}</td>" for c in cells)
+            + "</tr>"
+        )
+    return (
+        "<h2>What each run measured</h2><details><summary>probe level, repeats, DCGM diag, "
+        f"GPUs, rails and pair partners of {len(extents)} node(s)</summary><table><thead><tr>"
+        "<th>Host</th><th>Probes</th><th>Repeats</th><th>DCGM diag</th><th>GPUs</th>"
+        "<th>Rails</th><th>TCP partners</th><th>ib_write_bw partners</th><th>Scope</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></details>"
+    )
 
 
 def _groups(nodes: tuple[NodeReport, ...]) -> list[tuple[str, str, str, list[str]]]:
@@ -266,8 +354,20 @@ def _groups(nodes: tuple[NodeReport, ...]) -> list[tuple[str, str, str, list[str
     )
 
 
-def _summary(nodes: tuple[NodeReport, ...]) -> str:
-    groups = _groups(nodes)
+def _partial_groups(extents: Mapping[str, Extent]) -> list[tuple[str, str, str, list[str]]]:
+    """(PARTIAL, gap scope, what, hosts) per gap scope that keeps nodes uncertified."""
+    groups: dict[str, list[str]] = {}
+    for host, e in extents.items():
+        for scope in e.unaccepted:
+            groups.setdefault(scope, []).append(host)
+    return [
+        (PARTIAL, scope, "not certified: not measured, and not accepted by policy", hosts)
+        for scope, hosts in sorted(groups.items())
+    ]
+
+
+def _summary(nodes: tuple[NodeReport, ...], extents: Mapping[str, Extent]) -> str:
+    groups = _groups(nodes) + _partial_groups(extents)
     if not groups:
         return '<h2>Summary</h2><p class="none">No failures, warnings or errors.</p>'
     rows = "".join(
@@ -447,21 +547,25 @@ def render(
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> str:
     certificates = certificates or {}
+    extents = extents or {}
     nodes = report.nodes
     scan = is_scan(report)
     body = (
-        _header(report, now or utc_now(), certificates)
+        _header(report, now or utc_now(), certificates, extents)
         + (_drift(nodes) if scan else "")
-        + _summary(nodes)
+        + _summary(nodes, extents)
         + _failures(nodes)
-        + _table(nodes, certificates)
+        + _table(nodes, certificates, extents)
+        + _measured(extents)
         + _charts(nodes)
         + _all_checks(nodes)
         + f"<footer>gpuboot {_e(__version__)} · verdicts: "
         + " · ".join(f"{s}: {MEANING[s]}" for s in STATUSES)
         + f" · {SKIPPED}: {SKIPPED_MEANING}"
+        + (f" · {PARTIAL}: {PARTIAL_MEANING}" if extents else "")
         + "</footer>"
     )
     title = f"gpuboot {'scan' if scan else 'certification'} {report.run_id or ''}".strip()
@@ -479,5 +583,7 @@ def write(
     certificates: dict[str, dict[str, Any]] | None = None,
     *,
     now: datetime | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> Path:
-    return atomic_write(Path(path), render(report, certificates, now=now).encode("utf-8"))
+    text = render(report, certificates, now=now, extents=extents)
+    return atomic_write(Path(path), text.encode("utf-8"))

@@ -4,13 +4,20 @@ Follows the common (Ant/Jenkins/GitLab) schema: FAIL -> <failure>, ERROR -> <err
 harness could not judge; dashboards show it apart from real failures), SKIPPED -> <skipped>
 with the reason it did not run (never counted as passed), WARN -> a passed test whose
 <system-out> carries the warning, so a WARN never turns a pipeline red.
+
+A certify run adds a testcase "certification scope" per node that passed its checks: a
+partial certificate whose gaps the node's gpuboot_accept_partial does not accept is a
+<failure type="PARTIAL"> naming what was not measured (a failure is what every CI dashboard
+lists and counts; the node is not certified, and certify exits non-zero for it), an accepted
+one passes with the accepted gaps in <system-out>; the suite's properties carry ``scope``.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuboot.report._util import (
     ERROR,
@@ -23,6 +30,10 @@ from gpuboot.report._util import (
     xml_safe,
 )
 from gpuboot.results import RunReport
+from gpuboot.verdict import PARTIAL
+
+if TYPE_CHECKING:
+    from gpuboot.report.extent import Extent
 
 
 def _case(suite: ET.Element, host: str, name: str, status: str, message: str, detail: str) -> None:
@@ -65,7 +76,27 @@ def _measurement_text(m: dict[str, Any]) -> tuple[str, str]:
     return message, "\n".join([message, *extra])
 
 
-def build(report: RunReport) -> ET.Element:
+def _scope_case(suite: ET.Element, host: str, extent: Extent) -> int:
+    """The node's certification scope as a testcase; 1 if it is a failure."""
+    case = ET.SubElement(
+        suite, "testcase", classname=xml_safe(host), name="certification scope", time="0"
+    )
+    gaps = "\n".join(f"{g.check} ({g.scope}): {g.reason}" for g in extent.gaps)
+    if not extent.certifies:
+        left = ", ".join(extent.unaccepted)
+        ET.SubElement(
+            case,
+            "failure",
+            message=xml_safe(f"partial: not certified for {left} (not measured)"),
+            type=PARTIAL,
+        ).text = xml_safe(f"{gaps}\npolicy accepts: {', '.join(extent.accepts) or 'nothing'}")
+        return 1
+    text = f"partial, accepted by policy:\n{gaps}" if extent.gaps else "full"
+    ET.SubElement(case, "system-out").text = xml_safe(text)
+    return 0
+
+
+def build(report: RunReport, extents: Mapping[str, Extent] | None = None) -> ET.Element:
     verb = "scan" if any(n.drift is not None for n in report.nodes) else "certify"
     root = ET.Element("testsuites", name=xml_safe(f"gpuboot {verb} {report.run_id or ''}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -73,7 +104,11 @@ def build(report: RunReport) -> ET.Element:
         host = node.host
         suite = ET.SubElement(root, "testsuite", name=xml_safe(host), hostname=xml_safe(host))
         props = ET.SubElement(suite, "properties")
-        ET.SubElement(props, "property", name="verdict", value=xml_safe(node.verdict))
+        extent = (extents or {}).get(host)
+        shown = PARTIAL if extent and not extent.certifies else node.verdict
+        ET.SubElement(props, "property", name="verdict", value=xml_safe(shown))
+        if extent:
+            ET.SubElement(props, "property", name="scope", value=extent.scope)
         counts = {FAIL: 0, ERROR: 0, SKIPPED: 0}
         n = 0
         for f in node.findings:
@@ -88,6 +123,9 @@ def build(report: RunReport) -> ET.Element:
             message, detail = _measurement_text(m)
             _case(suite, host, f"measurement {m.get('name')}", status, message, detail)
             counts[status] = counts.get(status, 0) + 1
+            n += 1
+        if extent:
+            counts[FAIL] += _scope_case(suite, host, extent)
             n += 1
         suite.set("tests", str(n))
         suite.set("failures", str(counts[FAIL]))
@@ -104,11 +142,13 @@ def build(report: RunReport) -> ET.Element:
     return root
 
 
-def render(report: RunReport) -> bytes:
-    root = build(report)
+def render(report: RunReport, extents: Mapping[str, Extent] | None = None) -> bytes:
+    root = build(report, extents)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def write(report: RunReport, path: Path | str) -> Path:
-    return atomic_write(Path(path), render(report))
+def write(
+    report: RunReport, path: Path | str, *, extents: Mapping[str, Extent] | None = None
+) -> Path:
+    return atomic_write(Path(path), render(report, extents))

@@ -11,7 +11,14 @@ the others, so series never vanish and alerts match on ``{status="FAIL"} == 1``.
 
 A scan under ``--limit`` judges only some nodes: :func:`merge` keeps the previous file's
 series of every other node, so their FAIL series (and alerts) do not silently vanish. The
-file is replaced atomically: the collector must never read half a file.
+previous file is read only if it is a regular file within ``MAX_PREVIOUS_BYTES`` (a FIFO
+left there must not hang a scan). The file is replaced atomically: the collector must never
+read half a file.
+
+A certify run's node that passed its checks has its certification scope: ``node_partial``
+(1: its certificate is partial) and one ``node_gap`` series per gap scope, labelled with
+whether its gpuboot_accept_partial accepts it, so ``node_gap{accepted="false"} == 1`` is
+the alert for a node kept out by what its run did not measure.
 
 What a scan did after judging (ScanActions: its breaker, the Kubernetes gate's outcomes, the
 cluster's unavailable nodes) is fleet-wide: those series carry no host and each scan's replace
@@ -27,8 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuboot.errors import GpubootError
 from gpuboot.report._util import (
     ERROR,
     PASS,
@@ -44,6 +52,9 @@ from gpuboot.report._util import (
 from gpuboot.report.certificate import partial
 from gpuboot.results import NodeReport, RunReport
 
+if TYPE_CHECKING:
+    from gpuboot.report.extent import Extent
+
 CERTIFY, SCAN = "certify", "scan"
 KINDS = (CERTIFY, SCAN)
 DRIFT = ("new", "still", "cleared")  # gpuboot.scan.drift's keys
@@ -58,6 +69,9 @@ UNITS = {
 }
 _SUFFIXES = sorted({s for s, _f in UNITS.values()})
 GATE_OUTCOMES = ("out", "held", "in_service", "unjudged", "error")
+# A collector directory's file of a fleet of thousands of nodes is a few MB: far above, it is
+# not one this module wrote.
+MAX_PREVIOUS_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -80,8 +94,24 @@ def families(kind: str) -> list[tuple[str, str]]:
         out.append(
             (
                 f"{p}_node_certified",
-                "1 if the node holds a full-scope gpuboot certificate from this run (a partial "
-                "one, short of the probes its SKU requires, does not count).",
+                "1 if the node holds a gpuboot certificate from this run that certifies it: "
+                "full in scope, or partial with every gap accepted by its "
+                "gpuboot_accept_partial.",
+            )
+        )
+        out.append(
+            (
+                f"{p}_node_partial",
+                "1 if the node passed its checks but its run measured less than its SKU "
+                "requires (a partial certificate), 0 if it measured everything.",
+            )
+        )
+        out.append(
+            (
+                f"{p}_node_gap",
+                "One series per scope of what the node's run did not measure (no-probes, "
+                "quick-probes, no-pair, mig, no-tool, unproven); accepted=false: its "
+                "gpuboot_accept_partial does not accept it, so the node is not certified.",
             )
         )
     out += [
@@ -190,7 +220,7 @@ def judged_any(node: NodeReport) -> bool:
 
 
 def _node_samples(
-    kind: str, node: NodeReport, cert: dict[str, Any], ts: int
+    kind: str, node: NodeReport, cert: dict[str, Any], ts: int, extent: Extent | None = None
 ) -> dict[str, list[str]]:
     p, host = f"gpuboot_{kind}", node.host
     out: dict[str, list[str]] = {}
@@ -201,7 +231,14 @@ def _node_samples(
         )
 
     if kind == CERTIFY:
-        add("node_certified", {}, int(cert.get("verdict") in (PASS, WARN) and not partial(cert)))
+        valid = cert.get("verdict") in (PASS, WARN)
+        certifies = extent.certifies if extent is not None else not partial(cert)
+        add("node_certified", {}, int(valid and certifies))
+    if kind == CERTIFY and extent is not None:
+        add("node_partial", {}, int(bool(extent.gaps)))
+        left = set(extent.unaccepted)
+        for scope in dict.fromkeys(g.scope for g in extent.gaps):
+            add("node_gap", {"gap": scope, "accepted": str(scope not in left).lower()}, 1)
     for status in STATUSES:
         add("node_verdict", {"verdict": status}, int(node.verdict == status))
     seen: set[str] = set()
@@ -272,6 +309,7 @@ def _samples(
     certificates: dict[str, dict[str, Any]],
     now: datetime,
     actions: ScanActions | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> dict[str, list[str]]:
     if actions is not None and kind != SCAN:
         raise ValueError("only a scan has actions after judging")
@@ -279,7 +317,8 @@ def _samples(
     ts = int(now.timestamp())
     for node in report.nodes:
         cert = certificates.get(node.host) or {}
-        for name, lines in _node_samples(kind, node, cert, ts).items():
+        extent = (extents or {}).get(node.host)
+        for name, lines in _node_samples(kind, node, cert, ts, extent).items():
             out[name] += lines
     if kind == CERTIFY:
         out["gpuboot_certify_last_run_timestamp_seconds"].append(
@@ -304,10 +343,12 @@ def render(
     now: datetime | None = None,
     kind: str = CERTIFY,
     actions: ScanActions | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {KINDS}")
-    return _text(kind, _samples(kind, report, certificates or {}, now or utc_now(), actions))
+    samples = _samples(kind, report, certificates or {}, now or utc_now(), actions, extents)
+    return _text(kind, samples)
 
 
 def write(
@@ -318,8 +359,9 @@ def write(
     now: datetime | None = None,
     kind: str = CERTIFY,
     actions: ScanActions | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> Path:
-    text = render(report, certificates, now=now, kind=kind, actions=actions)
+    text = render(report, certificates, now=now, kind=kind, actions=actions, extents=extents)
     return atomic_write(Path(path), text.encode())
 
 
@@ -362,6 +404,17 @@ def _previous(text: str, kind: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def _read_previous(path: Path) -> bytes:
+    """The previous file's bytes (none if there is none): a regular file within
+    MAX_PREVIOUS_BYTES, never a link, FIFO or device (GpubootError says which)."""
+    from gpuboot.yamlsafe import read_capped_bytes
+
+    if not path.exists() and not path.is_symlink():
+        return b""
+    hint = "remove it: the next run writes it afresh"
+    return read_capped_bytes(path, MAX_PREVIOUS_BYTES, "previous textfile", hint=hint)
+
+
 def merge(
     report: RunReport,
     previous: Path | str,
@@ -371,21 +424,22 @@ def merge(
     actions: ScanActions | None = None,
     fleet: set[str] | None = None,
     certificates: dict[str, dict[str, Any]] | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> tuple[str, str | None]:
     """This run's exposition plus the previous file's series of the nodes not in this run
     (text, warning), and the last-judged time of this run's nodes it could not judge.
     ``fleet``: the inventory's hosts; a node that left it is dropped. An unreadable or
     foreign previous file is not merged: the text is this run's alone and the warning
     says why."""
-    ours = _samples(kind, report, certificates or {}, now or utc_now(), actions)
+    ours = _samples(kind, report, certificates or {}, now or utc_now(), actions, extents)
     hosts = {n.host for n in report.nodes}
     unjudged = {n.host for n in report.nodes if not judged_any(n)}
     carried = f"gpuboot_{kind}_last_judged_timestamp_seconds"
     previous = Path(previous)
     warning = None
     try:
-        kept = _previous(previous.read_bytes().decode("utf-8"), kind) if previous.exists() else {}
-    except (OSError, UnicodeDecodeError, BadTextfile) as exc:
+        kept = _previous(_read_previous(previous).decode("utf-8"), kind)
+    except (OSError, GpubootError, UnicodeDecodeError, BadTextfile) as exc:
         warning = f"{previous}: warning: not a gpuboot textfile ({exc}); written afresh"
         kept = {}
     for name, rows in kept.items():
@@ -412,6 +466,7 @@ def write_merged(
     actions: ScanActions | None = None,
     fleet: set[str] | None = None,
     certificates: dict[str, dict[str, Any]] | None = None,
+    extents: Mapping[str, Extent] | None = None,
 ) -> tuple[Path, str | None]:
     """Replace ``path`` with :func:`merge`'s text; (path, warning)."""
     text, warning = merge(
@@ -422,5 +477,6 @@ def write_merged(
         actions=actions,
         fleet=fleet,
         certificates=certificates,
+        extents=extents,
     )
     return atomic_write(Path(path), text.encode("utf-8")), warning

@@ -14,7 +14,7 @@ import pytest
 
 from gpuboot.errors import BadInput
 from gpuboot.k8s.decision import stack_of
-from gpuboot.report import certificate
+from gpuboot.report import certificate, extent
 
 
 def _bundle(tmp_path: Path, files: dict[str, bytes]) -> Path:
@@ -65,7 +65,7 @@ def test_a_fifo_as_meta_json_never_blocks_the_gate(tmp_path):
     (bundle / "node1").mkdir(parents=True)
     os.mkfifo(bundle / "node1" / "meta.json")
     assert _returns_within(lambda: stack_of(bundle, "node1", None)) is None
-    assert _returns_within(lambda: certificate._meta(bundle / "node1")) == {}
+    assert _returns_within(lambda: extent.read_meta(bundle / "node1")) == {}
 
 
 def test_the_gate_reads_the_stack_from_a_plain_meta_json(tmp_path):

@@ -17,7 +17,7 @@ from gpuboot.checks.rules import RULES
 from gpuboot.errors import BadInput
 from gpuboot.k8s.decision import decide
 from gpuboot.profiles import PROFILE_DIR
-from gpuboot.report import certificate
+from gpuboot.report import certificate, extent
 from gpuboot.results import NodeReport, RunReport
 
 from .conftest import NOW
@@ -37,6 +37,15 @@ def node_report(host: str = "gpu-a01", **override: tuple[str, str]) -> dict[str,
         status, reason = override.get(rule.id.replace("-", "_"), ("PASS", "ok"))
         findings.append({"rule": rule.id, "title": rule.title, "status": status, "reason": reason})
     return {"host": host, "verdict": "PASS", "findings": findings, "measurements": []}
+
+
+# what the pair phase records in meta.json for a node it found no partner for
+NO_PARTNER = {
+    "pairs": {
+        kind: {"gpu-a01": {"status": "none", "reason": "no partner node in this run"}}
+        for kind in ("ib_write_bw", "tcp_bw")
+    }
+}
 
 
 def single_node_run() -> dict[str, Any]:
@@ -62,17 +71,25 @@ def test_full_certificate_records_probe_level_and_every_check(tmp_path, key):
 
 
 def test_single_node_run_without_pair_partner_is_partial(tmp_path, key):
-    bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick", meta=NO_PARTNER)
     cert = certificate.issue(NodeReport.from_dict(single_node_run()), bundle, key, now=NOW)
     assert cert["scope"] == "partial"
-    assert [m["check"] for m in cert["missing"]] == ["BW-005", "BW-006"]
+    assert [(m["check"], m["gap"]) for m in cert["missing"]] == [
+        ("BW-005", "no-pair"),
+        ("BW-006", "no-pair"),
+    ]
     assert "no pair probe" in cert["missing"][0]["reason"]
     skipped = {r["rule"]: r for r in cert["rules"] if r["status"] == "SKIPPED"}
     assert skipped["BW-006"]["reason"] == PAIR_SKIP.format("tcp_bw")
-    # authentic, but not a certification: verify refuses it unless partial is allowed
+    # authentic, but not a certification: verify refuses it unless the policy accepts no-pair
     result = certificate.verify(cert, pub(key), host="gpu-a01", now=NOW)
-    assert not result.ok and "partial" in result.reason and "BW-005" in result.reason
-    assert certificate.verify(cert, pub(key), host="gpu-a01", allow_partial=True, now=NOW).ok
+    assert not result.ok and result.refused_partial
+    assert "BW-005, BW-006 not proven (no-pair)" in result.reason
+    assert "gpuboot_accept_partial is not set" in result.reason
+    other = certificate.verify(cert, pub(key), host="gpu-a01", accepts=("mig",), now=NOW)
+    assert not other.ok and "does not accept no-pair" in other.reason
+    accepted = certificate.verify(cert, pub(key), host="gpu-a01", accepts=("no-pair",), now=NOW)
+    assert accepted.ok and "accepted by its policy" in accepted.reason
 
 
 def test_probes_none_is_partial_and_names_the_level(tmp_path, key):
@@ -83,6 +100,7 @@ def test_probes_none_is_partial_and_names_the_level(tmp_path, key):
     assert cert["scope"] == "partial" and cert["probes"] == "none"
     missing = [m["check"] for m in cert["missing"]]
     assert missing == ["probes", *sorted(PROBE_RULES)]
+    assert {m["gap"] for m in cert["missing"]} == {"no-probes"}
 
 
 def test_a_rule_left_out_of_the_run_leaves_the_certificate_partial(tmp_path, key):
@@ -90,7 +108,11 @@ def test_a_rule_left_out_of_the_run_leaves_the_certificate_partial(tmp_path, key
     node = node_report()
     node["findings"] = [f for f in node["findings"] if f["rule"] != "NIC-002"]
     cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
-    assert cert["missing"] == [{"check": "NIC-002", "reason": "not evaluated in this run"}]
+    gap = {"check": "NIC-002", "reason": "not evaluated in this run", "gap": "unproven"}
+    assert cert["missing"] == [gap]
+    every = tuple(extent.GAP_SCOPES)  # no policy accepts what no scope explains
+    result = certificate.verify(cert, pub(key), host="gpu-a01", accepts=every, now=NOW)
+    assert not result.ok and result.refused_partial and "certify the node again" in result.reason
 
 
 def test_a_part_the_sku_lacks_needs_no_probe(tmp_path, key):
@@ -112,7 +134,7 @@ def test_a_part_the_sku_lacks_needs_no_probe(tmp_path, key):
 
 
 def _gate_report(tmp_path: Path, key: Path, node: dict[str, Any]) -> dict[str, Any]:
-    bundle = make_bundle(tmp_path, [node["host"]])
+    bundle = make_bundle(tmp_path, [node["host"]], meta=NO_PARTNER)
     cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     path = certificate.write(cert, tmp_path / "certs" / f"{node['host']}.json")
     return {"bundle": str(bundle), "reports": {f"certificate:{node['host']}": str(path)}}
@@ -130,8 +152,8 @@ def test_join_gate_refuses_a_partial_certificate_by_default(tmp_path, key):
     report = {**_gate_report(tmp_path, key, node), "nodes": [node]}
     target = decide(**_gated(report), allow_warn=False, now=NOW)
     assert not target.certified and "partial" in (target.error or "")
-    assert "BW-005" in target.error
-    allowed = decide(**_gated(report), allow_warn=False, allow_partial=True, now=NOW)
+    assert "BW-005" in target.error and "uncertified taint stays" in target.error
+    allowed = decide(**_gated(report), allow_warn=False, accepts=("no-pair",), now=NOW)
     assert allowed.certified and allowed.error is None
 
 
@@ -161,7 +183,11 @@ def test_gate_keeps_the_taint_of_a_partial_certificate_unless_allowed(tmp_path, 
         assert "partial" in (refused.error or "")
         assert taint in server.nodes["gpu-a01"]["spec"]["taints"]
         (allowed,) = apply_gate(
-            run, certificates=certs, kubeconfig=kubeconfig, now=NOW, allow_partial=True
+            run,
+            certificates=certs,
+            kubeconfig=kubeconfig,
+            now=NOW,
+            accept_partial={"gpu-a01": ("no-pair",)},
         )
         assert allowed.error is None
         assert taint not in server.nodes["gpu-a01"]["spec"]["taints"]
@@ -352,6 +378,9 @@ def test_a_rail_the_run_did_not_measure_leaves_the_certificate_partial(tmp_path,
     cert = certificate.issue(NodeReport.from_dict(node_report()), bundle, key, now=NOW)
     assert cert["scope"] == "partial"
     [gap] = [m for m in cert["missing"] if m["check"] == "BW-005"]
+    assert gap["gap"] == "quick-probes"
+    assert cert["measured"]["rails"]["measured"] == ["mlx5_0"]
+    assert len(cert["measured"]["rails"]["profile"]) == 8
     assert gap["reason"].startswith("rails mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6")
     assert "--probes full" in gap["reason"]
     every = make_bundle(tmp_path / "full", ["gpu-a01"], level="full")
@@ -359,3 +388,55 @@ def test_a_rail_the_run_did_not_measure_leaves_the_certificate_partial(tmp_path,
         certificate.issue(NodeReport.from_dict(node_report()), every, key, now=NOW)["scope"]
         == "full"
     )
+
+
+# A MIG node as certify records it: its stack provides every tool, its layout splits GPU 0
+# into seven slices and keeps the other GPUs whole.
+MIG_PINS = {
+    "gpuboot_profile": "hgx-h100-sxm-8gpu",
+    "cuda_toolkit_version": "12.8.1-1",
+    "dcgm_version": "1:4.2.3-1",
+    "doca_ofed_enabled": True,
+    "nvidia_mig_layout": [["1g.10gb"] * 7] + [[]] * 7,
+}
+MIG_SKIP = "not applicable: MIG enabled on GPU 0 by the host's layout: whole-GPU bandwidth is not measurable; certify with MIG off to measure it"  # noqa: E501
+DCGM_MIG_SKIP = "not applicable: the host's MIG layout splits a GPU and dcgmi diag refuses such a MIG configuration, so it was not run; certify with MIG off to run it"  # noqa: E501
+
+
+def test_a_mig_node_lacks_the_whole_gpu_probes_and_dcgm_and_its_policy_can_accept_that(
+    tmp_path, key
+):
+    """What a MIG node's certificate lacks today: nvbandwidth and all_reduce_perf (CUDA sees
+    slices, not boards) and dcgmi diag (refused for a split GPU); the pair probes run. A
+    group's `gpuboot_accept_partial: [mig]` accepts exactly that, nothing more."""
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="full", meta={"pins": MIG_PINS})
+    skip = ("SKIPPED", MIG_SKIP)
+    node = node_report(
+        BW_001=skip, BW_002=skip, BW_003=skip, BW_004=skip, DCG_001=("SKIPPED", DCGM_MIG_SKIP)
+    )
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
+    assert [(m["check"], m["gap"]) for m in cert["missing"]] == [
+        ("BW-001", "mig"),
+        ("BW-002", "mig"),
+        ("BW-003", "mig"),
+        ("BW-004", "mig"),
+        ("DCG-001", "mig"),
+    ]
+    assert cert["measured"]["gpus"] == {"measured": 0, "profile": 8}
+    assert certificate.verify(cert, pub(key), host="gpu-a01", accepts=("mig",), now=NOW).ok
+    refused = certificate.verify(cert, pub(key), host="gpu-a01", accepts=("no-pair",), now=NOW)
+    assert refused.refused_partial and "does not accept mig" in refused.reason
+    # the same node certified alone: the pair gap is a second scope the policy must name
+    alone = make_bundle(
+        tmp_path / "alone", ["gpu-a01"], level="full", meta={"pins": MIG_PINS, **NO_PARTNER}
+    )
+    pairless = {**node, "findings": [dict(f) for f in node["findings"]]}
+    for f in pairless["findings"]:
+        if f["rule"] in ("BW-005", "BW-006"):
+            f.update(status="SKIPPED", reason="not applicable: no partner node in this run")
+    cert = certificate.issue(NodeReport.from_dict(pairless), alone, key, now=NOW)
+    assert {m["gap"] for m in cert["missing"]} == {"mig", "no-pair"}
+    only_mig = certificate.verify(cert, pub(key), host="gpu-a01", accepts=("mig",), now=NOW)
+    assert not only_mig.ok and "does not accept no-pair" in only_mig.reason
+    both = ("mig", "no-pair")
+    assert certificate.verify(cert, pub(key), host="gpu-a01", accepts=both, now=NOW).ok

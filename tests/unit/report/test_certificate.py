@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from gpuboot.checks.rules import RULES
 from gpuboot.errors import BadInput
 from gpuboot.report import certificate
 from gpuboot.results import NodeReport
@@ -19,14 +20,22 @@ from gpuboot.results import NodeReport
 from .conftest import NOW
 from .sample import CAPTURES, make_bundle
 
-# The verify calls here check authenticity and the validity period of the sample's
-# certificates, whose report carries 6 rules: partial in scope (test_cert_scope.py covers
-# scope, host and hardware).
-ANY = {"host": "gpu-a01", "allow_partial": True}
+# The verify calls here check authenticity and the validity period of certificates full in
+# scope: the sample's nodes judged on every rule (test_cert_scope.py covers scope, host and
+# hardware).
+ANY = {"host": "gpu-a01"}
 
 
 def _node(report: dict, host: str) -> dict:
-    return next(n for n in report["nodes"] if n["host"] == host)
+    """The sample's node with a PASS finding for each catalogue rule the sample leaves out."""
+    node = next(n for n in report["nodes"] if n["host"] == host)
+    judged = {f["rule"] for f in node["findings"]}
+    rest = [
+        {"rule": r.id, "title": r.title, "status": "PASS", "reason": "ok"}
+        for r in RULES
+        if r.id not in judged
+    ]
+    return {**node, "findings": [*node["findings"], *rest]}
 
 
 @pytest.fixture
@@ -49,9 +58,19 @@ def test_generate_key_refuses_to_overwrite(key: Path):
 
 
 def test_certificate_content(cert: dict, bundle: Path):
-    assert cert["schema"] == "gpuboot.certificate/v2"
+    assert cert["schema"] == "gpuboot.certificate/v3"
     assert cert["host"] == "gpu-a01" and cert["verdict"] == "PASS"
     assert cert["profile"] == "hgx-h100-sxm-8gpu"
+    assert (cert["scope"], cert["missing"]) == ("full", [])
+    rails = [f"mlx5_{i}" for i in range(8)]  # the sample measures every rail with gpu-b01
+    assert cert["measured"] == {
+        "probes": "quick",
+        "repeats": 0,  # the sample keeps no nvbandwidth run files
+        "dcgm_diag_level": None,
+        "gpus": {"measured": 8, "profile": 8},
+        "rails": {"measured": rails, "profile": rails},
+        "pairs": {"tcp_bw": [], "ib_write_bw": ["gpu-b01"]},
+    }
     assert cert["issued_at"] == "2026-11-22T10:20:00Z"
     assert cert["expires_at"] == "2026-12-22T10:20:00Z"  # 30 days by default
     assert [r["rule"] for r in cert["rules"]] == sorted(r["rule"] for r in cert["rules"])
@@ -140,6 +159,8 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
     path = certificate.write(cert, tmp_path / "c.json")
     pub = key.with_name(key.name + ".pub")
     data = path.read_bytes()
+    assert cert["missing"][0]["gap"] == "quick-probes"  # no rail file: accepted here
+    ANY = {"host": "gpu-a01", "accepts": ("quick-probes",)}
     assert certificate.verify(path, pub, **ANY, now=NOW).ok
 
     def flipped(i: int) -> bytes:
@@ -162,7 +183,7 @@ def test_one_byte_altered_anywhere_in_the_file_fails(report, key, tmp_path):
     [
         (b'"serial": "165', b'"serial": "265', "signature does not match"),  # content
         (b'"verdict": "PASS"', b'"verdict":  "PASS"', "altered"),  # whitespace only
-        (b'"schema": "gpuboot.certificate/v2"', b'"schema": "gpuboot.certificate/v3"', "schema"),
+        (b'"schema": "gpuboot.certificate/v3"', b'"schema": "gpuboot.certificate/v4"', "schema"),
     ],
 )
 def test_single_edits_give_clear_reasons(cert, key, tmp_path, old, new, why):
@@ -247,9 +268,7 @@ def test_warn_needs_the_policy(report, bundle, key):
         certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
     cert = certificate.issue(NodeReport.from_dict(node), bundle, key, allow_warn=True, now=NOW)
     assert cert["verdict"] == "WARN"
-    assert certificate.verify(
-        cert, key.with_name(key.name + ".pub"), host="gpu-a03", allow_partial=True, now=NOW
-    ).ok
+    assert certificate.verify(cert, key.with_name(key.name + ".pub"), host="gpu-a03", now=NOW).ok
 
 
 def test_signed_fail_certificate_is_rejected(cert, key):

@@ -26,10 +26,13 @@ def test_gen_key_issue_verify_and_one_changed_byte(tmp_path, report, bundle):
         certificate.issue(NodeReport.from_dict(node), bundle, key), tmp_path / "cert.json"
     )
 
-    # the sample runs 6 of the catalogue's rules: a partial certificate, accepted on request
-    args = ("--pubkey", f"{key}.pub", "--host", node["host"], "--allow-partial")
-    ok = gpuboot("certify", "--verify", str(cert), *args, "--json")
-    assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
+    # the sample runs 6 of the catalogue's rules: authentic, but partial with gaps no policy
+    # accepts (unproven): exit 7, not valid
+    args = ("--pubkey", f"{key}.pub", "--host", node["host"])
+    partial = gpuboot("certify", "--verify", str(cert), *args, "--json")
+    doc = json.loads(partial.stdout)
+    assert partial.returncode == 7 and doc["ok"] is False and doc["scope"] == "partial"
+    assert {g["gap"] for g in doc["gaps"]} == {"unproven"}
 
     data = bytearray(cert.read_bytes())
     at = data.index(b'"host"') + 10
@@ -56,11 +59,11 @@ def test_cert_verbs_do_what_the_old_certify_flags_did(tmp_path, report, bundle):
     cert = certificate.write(
         certificate.issue(NodeReport.from_dict(node), bundle, key), tmp_path / "cert.json"
     )
-    args = ("--pubkey", f"{key}.pub", "--host", node["host"], "--allow-partial", "--json")
+    args = ("--pubkey", f"{key}.pub", "--host", node["host"], "--json")
 
     new = gpuboot("cert", "verify", str(cert), *args)
     old = gpuboot("certify", "--verify", str(cert), *args)
-    assert new.returncode == old.returncode == 0 and new.stdout == old.stdout
+    assert new.returncode == old.returncode == 7 and new.stdout == old.stdout  # partial
     assert new.stderr == ""
     (line,) = old.stderr.splitlines()
     assert "deprecated" in line and "gpuboot cert verify" in line

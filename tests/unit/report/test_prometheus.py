@@ -66,6 +66,8 @@ def test_valid_exposition_with_help_and_type(report, certs):
     fam = parse(prometheus.render(RunReport.from_dict(report), certs, now=NOW))
     assert set(fam) == {
         "gpuboot_certify_node_certified",
+        "gpuboot_certify_node_partial",  # empty without extents: declared, no sample
+        "gpuboot_certify_node_gap",
         "gpuboot_certify_node_verdict",
         "gpuboot_certify_rule_status",
         "gpuboot_certify_bandwidth_bytes_per_second",

@@ -257,3 +257,29 @@ def test_certify_textfile_is_merged_with_its_certificates(tmp_path: Path):
     assert certified == {(("host", "node1"),): 1, (("host", "node2"),): 0}
     expiry = fam["gpuboot_certify_certificate_expiry_timestamp_seconds"]["samples"]
     assert list(expiry) == [(("host", "node1"),)]
+
+
+def test_a_fifo_or_an_oversized_previous_file_never_hangs_the_merge(tmp_path: Path, monkeypatch):
+    """The previous textfile is read as a regular file within a cap: a FIFO left in the
+    collector directory would block a plain read until a writer came."""
+    import threading
+
+    prom = tmp_path / "gpuboot-scan.prom"
+    os.mkfifo(prom)
+    report = RunReport.from_dict(scan_report(["node1"], {}))
+    done: list[tuple[str, str | None]] = []
+    t = threading.Thread(target=lambda: done.append(prometheus.merge(report, prom, now=NOW)))
+    t.start()
+    t.join(10)
+    if not done:  # unblock the reader so the test process can end
+        with open(prom, "wb"):
+            pass
+    assert done, "merge blocked on a FIFO"
+    text, warning = done[0]
+    assert warning and "FIFO" in warning and "written afresh" in warning
+    assert 'gpuboot_scan_node_verdict{host="node1"' in text
+    big = tmp_path / "big.prom"
+    big.write_text('gpuboot_scan_node_verdict{host="node9",verdict="FAIL"} 1\n')
+    monkeypatch.setattr(prometheus, "MAX_PREVIOUS_BYTES", 16)
+    _text, warning = prometheus.merge(report, big, now=NOW)
+    assert warning and "16" in warning and "written afresh" in warning
