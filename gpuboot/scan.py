@@ -48,7 +48,7 @@ from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
 from gpuboot.results import Drift, NodeReport, RunReport
-from gpuboot.verdict import BAD, Status
+from gpuboot.verdict import BAD, VERDICTS, Status
 from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
 
 HISTORY_NAME = "scan-history.jsonl"
@@ -187,26 +187,32 @@ class NodeHistory:
 
 class _Trend:
     """The trend page's input (gpuboot/report/trend.py: series) in few records: per scan,
-    only the nodes whose trend state (rules failing; a rule not judged keeps its last known
-    state) changed or that measured figures, written as that state, or one unchanged node
-    so the scan keeps its point; the last TREND_SCANS_KEPT scans, those before folded into
-    one record per node. series() gives the same points on these as on every record."""
+    only the nodes whose trend state (rules failing, a rule not judged keeping its last known
+    state; the verdict, so a WARN stays a WARN on the page) changed or that measured figures,
+    written as that state, or one unchanged node so the scan keeps its point; the last
+    TREND_SCANS_KEPT scans, those before folded into one record per node. series() gives the
+    same points on these as on every record."""
 
     def __init__(self) -> None:
-        self.state: dict[str, frozenset[str]] = {}  # host -> rules failing now
-        self.seed: dict[str, frozenset[str]] = {}  # host -> rules failing before the scans
+        # host -> (rules failing, verdict) now; and before the scans kept
+        self.state: dict[str, tuple[frozenset[str], str | None]] = {}
+        self.seed: dict[str, tuple[frozenset[str], str | None]] = {}
         self.scans: deque[list[dict[str, Any]]] = deque()
         self.time: str | None = None  # the open scan's time (series groups records by it)
         self.first = ""  # the open scan's first node
         self.open: list[dict[str, Any]] | None = None  # None: a time series() skips
 
-    def _record(self, host: str, time: str, failing: frozenset[str]) -> dict[str, Any]:
-        return {
+    def _record(
+        self, host: str, time: str, state: tuple[frozenset[str], str | None]
+    ) -> dict[str, Any]:
+        failing, verdict = state
+        rec = {
             TREND: 1,
             "host": host,
             "time": time,
             "failing": dict.fromkeys(sorted(failing), Status.FAIL),
         }
+        return {**rec, "verdict": verdict} if verdict else rec
 
     def _group(self) -> list[dict[str, Any]]:
         """The open scan's records; none changed: its first node as it is (a point)."""
@@ -219,7 +225,7 @@ class _Trend:
         self.scans.append(self._group())
         while len(self.scans) > TREND_SCANS_KEPT:
             for rec in self.scans.popleft():
-                self.seed[rec["host"]] = frozenset(rec["failing"])
+                self.seed[rec["host"]] = (frozenset(rec["failing"]), rec.get("verdict"))
         self.open = None
 
     def add(self, rec: dict[str, Any]) -> None:
@@ -235,8 +241,13 @@ class _Trend:
             return
         host, failing = rec["host"], rec["failing"]
         before = self.state.get(host)
-        kept = {r for r, st in failing.items() if st == Status.ERROR} & (before or frozenset())
-        now = frozenset({r for r, st in failing.items() if st == Status.FAIL} | kept)
+        known = before[0] if before else frozenset()
+        kept = {r for r, st in failing.items() if st == Status.ERROR} & known
+        verdict = rec.get("verdict")
+        now = (
+            frozenset({r for r, st in failing.items() if st == Status.FAIL} | kept),
+            verdict if isinstance(verdict, str) and verdict in VERDICTS else None,
+        )
         self.state[host] = now
         figures = rec.get("figures")
         if now != before or (isinstance(figures, dict) and figures):

@@ -106,3 +106,20 @@ def test_a_counter_measurement_is_no_figure_of_the_trend_page(scans, tmp_path):
     rec = json.loads((tmp_path / "h.jsonl").read_text().splitlines()[-1])
     assert rec["figures"] == {}
     assert rec["counters"]["values"]["rx_pause_frames@eth2"] == 7
+
+
+def test_a_warn_node_stays_warn_on_the_trend_page_after_compaction():
+    from pathlib import Path
+
+    from gpuboot.report import trend
+
+    verdicts = ("PASS", "WARN", "WARN", "PASS")
+    lines = [
+        json.dumps({"time": f"2026-11-27T0{h}:00:00Z", "host": "n1", "verdict": v, "failing": {}})
+        for h, v in enumerate(verdicts)
+    ]
+    raw = scan.History.parse("\n".join(lines).encode(), Path("h"), lambda _m: None)
+    compacted = scan.History.parse(raw.compacted(), Path("h"), lambda _m: None)
+    heat = trend.heat(compacted.trend.records())
+    assert heat == trend.heat(raw.trend.records())
+    assert heat["rows"] == [("n1", list(verdicts))]
