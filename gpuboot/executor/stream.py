@@ -26,6 +26,7 @@ from gpuboot.executor import artifacts
 from gpuboot.executor.journal import Journal
 from gpuboot.executor.outcome import ShardOutcome, judge
 from gpuboot.executor.wire import TRAILER_KEY, Cut, Silence, WireReader
+from gpuboot.runner import last_line
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ON_DETACH = ("finish", "cancel")  # what the supervisor does when the controller goes away
@@ -167,9 +168,23 @@ def _run_channel(
         journal.close()
     if sender is not None:
         sender.join(job.grace_s)
-    return judge(
+    out = judge(
         journal.replay, job.hosts, final_task=job.final_task, channel_rc=proc.returncode, cut=cut
     )
+    said = _last_words(shard_dir / "channel.err")
+    if out.reason and said:
+        out.reason = f"{out.reason}; the channel said: {said}"
+    return out
+
+
+def _last_words(path: Path) -> str:
+    """The last line ssh or the supervisor wrote on stderr (why a channel failed)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 4096))
+            return last_line(fh.read().decode(errors="replace"))
+    except OSError:
+        return ""
 
 
 def run_shard(job: ShardJob, executor: Executor, shard_dir: Path) -> ShardOutcome:

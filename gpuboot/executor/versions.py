@@ -12,6 +12,7 @@ import subprocess
 from importlib import metadata
 
 from gpuboot.errors import BadInput, RunError
+from gpuboot.executor.stream import Executor
 
 PACKAGES = ("ansible-core", "ansible-runner", "gpuboot")
 NOT_INSTALLED = "not installed"
@@ -55,3 +56,9 @@ def remote_versions(argv: list[str], timeout_s: float = 60.0) -> dict[str, str]:
             where=" ".join(argv[:-1]),
         )
     return {p: str(answer.get(p, NOT_INSTALLED)) for p in PACKAGES}
+
+
+def check_executor(executor: Executor) -> None:
+    """Refuse ``executor`` (BadInput) unless it runs the controller's versions."""
+    remote = remote_versions(executor.command("versions"))
+    check_skew(executor.name, remote, local_versions())
