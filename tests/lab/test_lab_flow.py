@@ -203,17 +203,21 @@ def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
         key = tmp_path / "signing.pem"
         gpuboot("certify", "--gen-key", str(key), check_rc=0)
         gpuboot("lab", "fault", "--name", lab2.name, "node2", "xid", "79", check_rc=0)
+        # the lab pins a driver only: no stack provides CUDA, DCGM or DOCA, so the probes the
+        # SKU requires do not run and node1's certificate is partial (no-tool): the site's
+        # policy for these nodes accepts exactly that
+        site = yaml.safe_load(lab2.inventory.read_text())
+        site["all"].setdefault("vars", {})["gpuboot_accept_partial"] = ["no-tool"]
+        accepting = tmp_path / "site.yml"
+        accepting.write_text(yaml.safe_dump(site))
         proc = gpuboot(
             "certify",
             "-i",
-            str(lab2.inventory),
+            str(accepting),
             "--sign-key",
             str(key),
             "--kubeconfig",
             str(kubeconfig),
-            # the lab pins a driver only: no stack provides CUDA, DCGM or DOCA, so the probes
-            # the SKU requires do not run and node1's certificate is partial in scope
-            "--allow-partial",
             "--json",
             check_rc=1,
         )
@@ -221,6 +225,8 @@ def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
         verdicts = {n["host"]: (n["verdict"], failed_rules(n)) for n in doc["nodes"]}
         assert verdicts["node1"][0] == "PASS" and verdicts["node2"][0] == "FAIL", verdicts
         assert "certificate:node1" in doc["reports"] and "certificate:node2" not in doc["reports"]
+        (n1,) = [n for n in doc["nodes"] if n["host"] == "node1"]
+        assert n1["certification"]["not_accepted"] == [], n1["certification"]
         ok = gpuboot(
             "certify",
             "--verify",
@@ -229,7 +235,8 @@ def test_join_gate_admits_only_certified_nodes(lab2, tmp_path):
             f"{key}.pub",
             "--host",
             "node1",
-            "--allow-partial",
+            "-i",
+            str(accepting),
             check_rc=0,
         )
         assert "valid" in ok.stdout

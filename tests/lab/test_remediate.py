@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from gpuboot_lab import lab as labmod
 from gpuboot_lab.kubeapi import FakeApiServer, node
@@ -35,12 +36,17 @@ def lab(lab2) -> labmod.Lab:
 
 
 def _remediate(lab, tmp_path, kubeconfig, *extra: str) -> tuple[int, dict]:
-    # one node certified alone has no pair partner: its certificate is partial, which the
-    # join gate accepts only when told (as `certify --kubeconfig --allow-partial`)
+    # one node certified alone has no pair partner, and the lab's driver-only stack runs no
+    # CUDA, DCGM or DOCA probe: its certificate is partial, which the join gate accepts only
+    # where the node's gpuboot_accept_partial names both gaps
+    site = yaml.safe_load(lab.inventory.read_text())
+    site["all"].setdefault("vars", {})["gpuboot_accept_partial"] = ["no-pair", "no-tool"]
+    accepting = tmp_path / "site.yml"
+    accepting.write_text(yaml.safe_dump(site))
     proc = gpuboot(
-        "remediate", "-i", str(lab.inventory), "--limit", "node1", "--kubeconfig", kubeconfig,
+        "remediate", "-i", str(accepting), "--limit", "node1", "--kubeconfig", kubeconfig,
         "--sign-key", str(tmp_path / "key.pem"), "--history", str(tmp_path / "h.jsonl"),
-        "--allow-partial", "--json", *extra,
+        "--json", *extra,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout)
