@@ -20,6 +20,7 @@ from gpuboot.checks.base import (
     tool_failure,
 )
 from gpuboot.checks.smi import (
+    LOST_GPU,
     LOST_TEXT,
     gpu_table,
     lost_gpus,
@@ -29,8 +30,10 @@ from gpuboot.checks.smi import (
 from gpuboot.checks.stack_rules import driver_daemon_problems, installed_packages
 from gpuboot.errors import GpubootError, ParseError
 from gpuboot.evidence._common import to_int
+from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.mig import parse_mig_lgi
+from gpuboot.evidence.nvidia_smi_table import NO_DEVICES, NO_DRIVER, NOT_FOUND, SmiTable
 from gpuboot.stacks.versions import upstream_of
 
 # Thermal slowdown is what an over-hot GPU shows. Plain "HW Slowdown" / "HW Power Brake
@@ -97,34 +100,90 @@ def check_gpu_count(evidence: Evidence, ctx: NodeContext) -> str | None:
     gpu = ctx.hardware["gpu"]
     expected, model = int(gpu["count"]), gpu.get("model")
     lost = [f"GPU {bus} lost: {msg}" for bus, msg, _f in lost_gpus(evidence).values()]
+    table = _table(evidence)  # a GPU printing ERR! is seen whatever else can be read
+    erring = [
+        f"GPU {g.index} ({g.bus_id}) shows ERR! ({', '.join(g.errors)}): nvidia-smi cannot "
+        "read it from the GPU"
+        for g in (table[1].gpus if table and table[1] else ())
+        if g.errors
+    ]
     try:
-        seen = _visible_gpus(evidence)
+        seen, countable = _visible_gpus(evidence)
     except GpubootError:
-        if lost:  # the GPU nvidia-smi lost is the finding; the rest may be unreadable
-            return "; ".join(lost)
+        if lost or erring:  # the GPU nvidia-smi lost is the finding; the rest may be unreadable
+            return "; ".join(lost + erring)
         raise
     if isinstance(seen, str):  # nvidia-smi itself could not run: the node's state
         return "; ".join([*lost, seen])
     problems = list(lost)
-    if len(seen) != expected:
+    if countable and len(seen) != expected:
         problems.insert(0, f"{len(seen)} of {expected} GPUs visible")
     problems += [
         f"GPU {label} is {name}, profile expects {model}"
         for label, name in seen
-        if model and name != model
+        if model and name and not _is_model(name, model)
     ]
-    return "; ".join(problems) or None
+    return "; ".join(problems + erring) or None
 
 
-def _visible_gpus(evidence: Evidence) -> list[tuple[str, str | None]] | str:
-    """(label, model name) of each GPU nvidia-smi lists, from --query-gpu and -q; where
-    both are held they must count the same GPUs (listed or lost). A text: nvidia-smi's
-    failure."""
+def _is_model(name: str, model: str) -> bool:
+    """The plain table cuts a long name with "...": a cut name matches its prefix."""
+    if name.endswith("..."):
+        return model.startswith(name[:-3].rstrip())
+    return name == model
+
+
+# nvidia-smi's answers instead of a table: each a state of the node, named with its causes
+_ANSWERS = {
+    NO_DEVICES: (
+        "nvidia-smi: No devices were found: the driver sees none of the node's GPUs; likely "
+        "causes: the GPUs are off the bus (lspci shows them missing or as rev ff), the driver "
+        "failed to initialise them (dmesg 'RmInitAdapter failed': BAR space, enable Above 4G "
+        "decoding / Resizable BAR in the BIOS), or another driver holds them (nouveau, vfio)"
+    ),
+    NO_DRIVER: (
+        "nvidia-smi could not talk to the NVIDIA driver: the kernel module is not loaded or "
+        "does not match the userspace (lsmod | grep nvidia; dmesg | grep NVRM): no GPU is usable"
+    ),
+    NOT_FOUND: "nvidia-smi is not installed (command not found): the driver's userspace is missing",
+}
+
+
+def _table(evidence: Evidence) -> tuple[str, SmiTable | None] | None:
+    """(file, table) of the plain `nvidia-smi` output, its lost-GPU lines set aside (None:
+    it held only those, which lost_gpus names); None when no such file is held."""
+    found = forms_in(evidence, "smi_table")
+    if not found:
+        return None
+    name, form, out = found[0]
+    kept = [ln for ln in out.stdout.splitlines() if not LOST_GPU.match(ln.strip())]
+    if not "".join(kept).strip():
+        return name, None
+    try:
+        return name, parsed(parser_of("smi_table", form), "\n".join(kept))
+    except ParseError as exc:
+        raise ProbeFailed(exc.message, where=name) from None
+
+
+def _visible_gpus(evidence: Evidence) -> tuple[list[tuple[str, str | None]] | str, bool]:
+    """((label, model name) of each GPU nvidia-smi lists, countable), from --query-gpu, -q
+    and the plain table; where several are held they must count the same GPUs (listed or
+    lost). A text: nvidia-smi's failure or its answer instead of a table. Not countable: an
+    excerpt of the table ("[...]") shows some GPUs, not how many there are."""
     views, counts = [], []
+    if table := _table(evidence):
+        name, t = table
+        if t is not None and t.answer:
+            return _ANSWERS[t.answer], True
+        if t is not None:
+            views.append([(str(g.index), g.name) for g in t.gpus])
+            if not t.elided:
+                lost_here = evidence[name].stdout.count(LOST_TEXT)
+                counts.append((name, len(t.gpus) + lost_here))
     if forms_in(evidence, "query_gpu"):
         failure, rows, csv_lost = gpu_table(evidence)
         if failure:
-            return failure
+            return failure, True
         views.append([(r.text("index"), r.text("name")) for r in rows])
         counts.append((query_file(evidence), len(rows) + len(csv_lost)))
     if forms_in(evidence, "smi_q"):
@@ -135,7 +194,7 @@ def _visible_gpus(evidence: Evidence) -> list[tuple[str, str | None]] | str:
     if not views:
         raise MissingEvidence("neither --query-gpu nor -q was collected", where=QUERY_FILE)
     agree("nvidia-smi GPU list", counts)
-    return views[0]
+    return views[0], bool(counts)
 
 
 def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
@@ -148,6 +207,9 @@ def check_persistence(evidence: Evidence, ctx: NodeContext) -> str | None:
         if rows and "persistence_mode" in rows[0].values:
             off = [r.text("index") for r in rows if r.text("persistence_mode") != "Enabled"]
             views.append((query_file(evidence), off))
+    if (table := _table(evidence)) and table[1] and table[1].gpus:
+        t = table[1]
+        views.append((table[0], [str(g.index) for g in t.gpus if g.persistence is not True]))
     if forms_in(evidence, "smi_q"):
         q = smi_q(evidence)
         if any(g.persistence_mode is not None for g in q.gpus):

@@ -174,7 +174,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "reseat or RMA the missing GPU; check `nvidia-smi -q` and the kernel log",
         check_gpu_count,
-        (*_forms("query_gpu", "smi_q"), "nvidia-smi.txt", "nvidia-smi_-i*"),
+        (*_forms("query_gpu", "smi_q", "smi_table"), "nvidia-smi_-i*"),
     ),
     Rule(
         "GPU-002",
@@ -182,7 +182,7 @@ RULES: tuple[Rule, ...] = (
         FAIL,
         "enable nvidia-persistenced (`gpuboot install --tags GPU-002`)",
         check_persistence,
-        _forms("query_gpu", "smi_q"),
+        _forms("query_gpu", "smi_q", "smi_table"),
     ),
     Rule(
         "XID-001",

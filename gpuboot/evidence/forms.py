@@ -34,6 +34,7 @@ from gpuboot.evidence.nccl import parse_all_reduce_perf
 from gpuboot.evidence.nvbandwidth import parse_nvbandwidth_json, parse_nvbandwidth_text
 from gpuboot.evidence.nvidia_smi_csv import parse_query_gpu_csv
 from gpuboot.evidence.nvidia_smi_q import parse_nvidia_smi_q, parse_nvidia_smi_q_xml
+from gpuboot.evidence.nvidia_smi_table import parse_nvidia_smi_table
 from gpuboot.evidence.nvlink import (
     parse_dcgmi_nvlink_errors,
     parse_dcgmi_nvlink_status,
@@ -80,6 +81,11 @@ FORMS: dict[str, tuple[tuple[str, str, Parser | None], ...]] = {
         ("nvidia-smi_--query_-*", "text", parse_nvidia_smi_q),
     ),
     "query_gpu": (("nvidia-smi_--query-gpu*", "csv", parse_query_gpu_csv),),
+    # plain `nvidia-smi` (no arguments): the table, or the tool's answer instead of one
+    "smi_table": tuple(
+        (name, "table", parse_nvidia_smi_table)
+        for name in ("nvidia-smi", "nvidia-smi.txt", "nvidia-smi.log", "nvidia-smi.out")
+    ),
     "nvlink_s": (
         ("nvidia-smi_nvlink_-s*", "nvidia-smi", parse_nvlink_status),
         ("nvidia-smi_nvlink_--status*", "nvidia-smi", parse_nvlink_status),
