@@ -130,7 +130,7 @@ def _certify_inventory(args, inv) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
-    text += certification_text(extents, str(inv.path), args.sign_key)
+    text += certification_text(extents, str(inv.path), args.sign_key, list(inv.hosts))
     if args.textfile_dir:
         run.written["textfile"], warning = _textfile(args, inv, report, certs, extents)
         text += f"\n{warning}" if warning else ""

@@ -3,7 +3,7 @@ certificate is partial, with the gaps its policy does not accept and what to do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuboot.report.extent import (
@@ -36,12 +36,16 @@ def measured_text(m: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def certification_text(extents: Mapping[str, Extent], inventory: str, sign_key: str | None) -> str:
+def certification_text(
+    extents: Mapping[str, Extent], inventory: str, sign_key: str | None, hosts: Sequence[str]
+) -> str:
     """A line per node certified in part: accepted by its policy, or PARTIAL (not
-    certified) with its gaps, the command that measures what can be measured, and the
+    certified) with its gaps, the command that measures what can be measured (with a
+    partner: a node measured in full, else another of the inventory's ``hosts``), and the
     policy that would accept the rest."""
     lines = []
     full = [h for h, e in extents.items() if e.scope == FULL]
+    others = [*full, *(h for h in hosts if h not in full)]
     for host, e in extents.items():
         if e.scope == FULL:
             continue
@@ -55,16 +59,13 @@ def certification_text(extents: Mapping[str, Extent], inventory: str, sign_key: 
         said = f"its {ACCEPT_VAR} ({', '.join(e.accepts) or 'not set'}) does not accept"
         lines.append(f"    {said} {', '.join(left)}")
         if set(left) & MEASURABLE:
-            partner = next((h for h in full if h != host), None) if NO_PAIR in left else None
+            partner = next((h for h in others if h != host), None) if NO_PAIR in left else None
             limit = f"{host},{partner}" if partner else host
             key = f" --sign-key {sign_key}" if sign_key else ""
+            alone = NO_PAIR in left and not partner
             lines.append(
                 f"    measure it: gpuboot certify -i {inventory} --limit {limit} --probes full{key}"
-                + (
-                    ""
-                    if partner or NO_PAIR not in left
-                    else f" (with a known-good node: {GAP_FIX[NO_PAIR]})"
-                )
+                + (" (a pair probe needs a partner: add a known-good node)" if alone else "")
             )
         for scope in left:
             if scope not in MEASURABLE:

@@ -79,6 +79,9 @@ def test_a_partial_certificate_no_policy_accepts_is_its_own_verdict_and_exit_7(
     assert "gpu-a01: PARTIAL, not certified: BW-005 (no-pair)" in text
     assert "does not accept no-pair" in text
     assert "or accept it: gpuboot_accept_partial: [no-pair]" in text
+    # the inventory holds no other node to pair with: the command says what it lacks
+    assert "--limit gpu-a01 --probes full --sign-key" in text
+    assert "a pair probe needs a partner: add a known-good node" in text
     reports = Path(doc["reports"]["html"]).parent
     html = (reports / "report.html").read_text()
     assert "partial: not certified</span> for BW-005, BW-006 not measured (no-pair)" in html
