@@ -2,20 +2,23 @@
 and the nodes grouped by identical change set.
 
 One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL, and on EL8/EL9 dnf's enabled
-module streams from its cache), all nodes in parallel, each reached through the transport
-certify uses (gpuboot.transport); nothing is changed on any node. A node that cannot be
-reached is reported as such (with what ssh said) and the others are
-still planned.
+module streams from its cache; then what NVIDIA's .run installer left that no package owns),
+all nodes in parallel, each reached through the transport certify uses (gpuboot.transport);
+nothing is changed on any node. A node that cannot be reached is reported as such (with
+what ssh said) and the others are still planned. A node running a driver installed outside
+packages is blocked: install refuses it (install.yml runs the same script) until
+`nvidia-installer --uninstall` has removed it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gpuboot import transport
+from gpuboot import paths, transport
 from gpuboot.bundle.model import MAX_FILE_BYTES
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
@@ -40,6 +43,56 @@ READ_TIMEOUT_S = 120
 # carrying rpm's exit status.
 _STREAMS_MARK = "--gpuboot-dnf-modules rpm-exit="
 EL_STREAM_QUERY = f"{RPM_QUERY}; printf '\\n{_STREAMS_MARK}%s\\n' \"$?\"; {DNF_MODULE_LIST}"
+
+
+# NVIDIA's .run installer leaves files no package owns (the script says which and why);
+# its listing follows the package read in the same round trip, after a line carrying the
+# package read's exit status. install.yml runs the same file before any change.
+RUNFILE_SCRIPT = paths.PLAYBOOKS_DIR / "files" / "runfile-driver.sh"
+_RUNFILE_MARK = "--gpuboot-runfile prev-exit="
+# a node's listing is a few lines; more is not the script's answer
+_RUNFILE_MAX_LINES = 64
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+~-]{0,63}")
+
+
+def with_runfile_read(query: str) -> str:
+    """``query`` followed by the .run installer's traces (its stderr, the install's
+    refusal text, is not plan's)."""
+    script = RUNFILE_SCRIPT.read_text()
+    # the query in a subshell: it may end in `exit` (EL_STREAM_QUERY does)
+    return f"( {query} ); printf '\\n{_RUNFILE_MARK}%s\\n' \"$?\"; ( {script}\n) 2>/dev/null"
+
+
+def split_runfile_answer(stdout: str, rc: int) -> tuple[str, int, str | None]:
+    """with_runfile_read's answer -> (the query's output, its exit, the runfile listing or
+    None when the answer carries none: not read, which blocks nothing; a shell cut short
+    before the marker exits non-zero, and that exit stands for the package read)."""
+    before, found, rest = stdout.rpartition(f"\n{_RUNFILE_MARK}")
+    if not found:
+        return stdout, rc, None
+    status, _, listing = rest.partition("\n")
+    return before, int(status) if status.strip().isdigit() else 1, listing
+
+
+def parse_runfile(listing: str) -> dict[str, Any] | None:
+    """The script's lines -> {"files": unowned files, "driver": the installer's version or
+    None}; None when nothing unowned was found."""
+    files, driver = [], None
+    for line in listing.splitlines()[:_RUNFILE_MAX_LINES]:
+        kind, _, value = line.partition(" ")
+        if kind == "unowned" and value.startswith("/"):
+            files.append(value[:300])
+        elif kind == "installer-version" and _VERSION.fullmatch(value.strip()):
+            driver = value.strip()
+    return {"files": files, "driver": driver} if files else None
+
+
+def runfile_fix(inventory: str, hosts: list[str]) -> str:
+    """NVIDIA's documented removal of a .run install, then gpuboot's install of the pins."""
+    return (
+        f"on {', '.join(hosts)}: `nvidia-installer --uninstall` (NVIDIA's removal of a .run "
+        f"install), reboot, then `gpuboot install -i {inventory} --limit {','.join(hosts)}`"
+    )
 
 
 def split_stream_answer(stdout: str, rc: int) -> tuple[str, int, str | None, str]:
@@ -111,7 +164,11 @@ def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         nodes = list(pool.map(lambda name: _plan_node(inv, name, connect), hosts))
     nodes.sort(key=lambda n: host_key(n["host"]))
-    return {"inventory": str(inv.path), "nodes": nodes, "groups": group(nodes)}
+    groups = group(nodes)
+    for g in groups:
+        if "blocked" in g:
+            g["fix"] = runfile_fix(str(inv.path), g["hosts"])
+    return {"inventory": str(inv.path), "nodes": nodes, "groups": groups}
 
 
 def _unreachable(name: str, exc: BaseException) -> dict[str, Any]:
@@ -133,7 +190,7 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
     family = hostvars.get("gpuboot_os_family", "debian")
     el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
     streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
-    query = EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
+    query = with_runfile_read(EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY))
     try:
         # the host's own collection deadline applies: a slow node an operator knows of
         deadline = host_deadline(hostvars, "gpuboot_collect_timeout", READ_TIMEOUT_S)
@@ -144,9 +201,10 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
         return {"host": name, "error": exc.message}
     except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
         return _unreachable(name, exc)
-    out, rc, listing, unread = cmd.stdout, cmd.rc, None, ""
+    out, rc, runfile = split_runfile_answer(cmd.stdout, cmd.rc)
+    listing, unread = None, ""
     if streams:
-        out, rc, listing, unread = split_stream_answer(cmd.stdout, cmd.rc)
+        out, rc, listing, unread = split_stream_answer(out, rc)
     if rc != 0:
         why = last_line(cmd.stderr) or f"exit {rc}"
         return {"host": name, "error": f"cannot read installed packages: {why}"}
@@ -178,7 +236,7 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
     else:
         items = _driver_only_plan(hostvars, installed)
     changes = [i for i in items if i["action"] != "keep"]
-    return {
+    doc = {
         "host": name,
         "stack": hostvars.get("gpuboot_stack"),
         "items": items,
@@ -186,6 +244,10 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
         "reboot": any(i["reboot"] for i in changes),
         "restarts": sorted({s for i in changes for s in i["restarts"]}),
     }
+    outside = parse_runfile(runfile) if runfile is not None else None
+    if outside:
+        doc["outside_packages"] = outside
+    return doc
 
 
 _CHANGE_KEYS = ("package", "current", "desired", "action", "reboot", "restarts", "replaces")
@@ -201,6 +263,10 @@ def group(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if "error" in node:
             key: Any = ("error", node["error"])
             doc = {"error": node["error"]}
+        elif "outside_packages" in node:
+            outside = node["outside_packages"]
+            key = ("blocked", outside["driver"], tuple(sorted(outside["files"])))
+            doc = {"blocked": outside}
         else:
             changed = [i for i in node["items"] if i["action"] != "keep"]
             key = (
@@ -224,7 +290,7 @@ def group(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         g["label"] = host_ranges(g["hosts"])
     groups.sort(
         key=lambda g: (
-            0 if "error" in g else (1 if g["changes"] else 2),
+            0 if "error" in g or "blocked" in g else (1 if g["changes"] else 2),
             -len(g["hosts"]),
             host_key(g["hosts"][0]),
         )
@@ -242,6 +308,14 @@ def render(doc: dict[str, Any]) -> str:
         n = len(g["hosts"])
         if "error" in g:
             parts.append(f"{g['label']}{f' ({n} nodes)' if n > 1 else ''}: ERROR {g['error']}")
+            continue
+        if "blocked" in g:
+            driver = g["blocked"]["driver"]
+            parts.append(
+                f"{g['label']}{f' ({n} nodes)' if n > 1 else ''}: BLOCKED an NVIDIA driver"
+                f"{f' {driver}' if driver else ''} installed outside packages "
+                f"({', '.join(g['blocked']['files'])}); install refuses it. Way out: {g['fix']}"
+            )
             continue
         count = f"{n} nodes, " if n > 1 else ""
         who = f"{g['label']} ({count}{g['stack'] or 'driver pin'})"
@@ -268,10 +342,12 @@ def render(doc: dict[str, Any]) -> str:
         )
     nodes = doc["nodes"]
     failed = sum(1 for n in nodes if "error" in n)
-    changing = sum(1 for n in nodes if n.get("changes"))
+    blocked = sum(1 for n in nodes if "outside_packages" in n)
+    changing = sum(1 for n in nodes if n.get("changes") and "outside_packages" not in n)
     sets = sum(1 for g in doc["groups"] if g.get("changes"))
     parts.append(
         f"{len(nodes)} node(s): {changing} with package changes ({sets} distinct change "
-        f"set(s)), {len(nodes) - changing - failed} up to date, {failed} not read"
+        f"set(s)), {len(nodes) - changing - failed - blocked} up to date, {failed} not read"
+        + (f", {blocked} blocked by a driver installed outside packages" if blocked else "")
     )
     return "\n\n".join(parts)

@@ -27,6 +27,7 @@ from gpuboot.bundle.names import DPKG_FILE as DPKG
 from gpuboot.bundle.names import NVIDIA_VERSION_FILE as NV_VERSION
 from gpuboot.bundle.names import RPM_FILE as RPM
 from gpuboot.checks.base import (
+    FAIL,
     MissingEvidence,
     NodeContext,
     ProbeFailed,
@@ -146,7 +147,7 @@ def driver_daemon_problems(
     return problems
 
 
-def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
+def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> Result | str | None:
     branch, pinned = ctx.var("nvidia_driver_branch"), ctx.var("nvidia_driver_version")
     if not branch or not pinned:
         raise MissingEvidence(
@@ -156,9 +157,13 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
     # the userspace package that carries the pinned version: nvidia-utils-<branch> (apt),
     # nvidia-driver (NVIDIA's RPMs: one name, the branch in the version)
     name = "nvidia-driver" if is_el(evidence) else f"nvidia-utils-{branch}"
-    utils = installed_packages(evidence).get(name)
+    packages = installed_packages(evidence)
+    utils = packages.get(name)
     if utils is None or not utils.installed:
-        return f"{name} is not installed (pinned {pinned})"
+        return (
+            outside_packages(evidence, packages, ctx)
+            or f"{name} is not installed (pinned {pinned})"
+        )
     if utils.version != str(pinned):
         return f"{name} is {utils.version}, pinned {pinned}"
     loaded = nvidia_version(evidence)
@@ -171,6 +176,36 @@ def check_driver_versions(evidence: Evidence, ctx: NodeContext) -> str | None:
     if pending:
         return f"reboot pending: {pending.splitlines()[0]}"
     return None
+
+
+# Packages that carry an NVIDIA kernel module or its userspace, whoever built them: NVIDIA's
+# and Ubuntu's (nvidia-driver-*, -dkms-*, -utils-*, linux-modules-nvidia-*), Debian's
+# (nvidia-kernel-*, nvidia-driver), NVIDIA's RPMs (nvidia-driver*, kmod-nvidia-*, nvidia-kmod*).
+_DRIVER_PACKAGE = re.compile(
+    r"^(nvidia-(driver|dkms|kernel|utils|kmod|open)|linux-(modules|objects)-nvidia|kmod-nvidia)"
+)
+
+
+def outside_packages(
+    evidence: Evidence,
+    packages: Mapping[str, DpkgPackage] | Mapping[str, RpmPackage],
+    ctx: NodeContext,
+) -> Result | None:
+    """An NVIDIA kernel module loaded while no package of any driver is installed: a driver
+    installed outside packages (NVIDIA's .run installer). Packages installed over it fight
+    it, so gpuboot install refuses such a node; NVIDIA's way out is its own uninstaller."""
+    loaded = nvidia_version(evidence)
+    if loaded is None or any(_DRIVER_PACKAGE.match(n) and p.installed for n, p in packages.items()):
+        return None
+    return Result(
+        FAIL,
+        f"the NVIDIA driver {loaded} is loaded but no driver package is installed: a driver "
+        "installed outside packages (NVIDIA's .run installer)",
+        action=(
+            f"on {ctx.host}: `nvidia-installer --uninstall` (NVIDIA's removal of a .run "
+            f"install), reboot, then `gpuboot install -i <inventory> --limit {ctx.host}`"
+        ),
+    )
 
 
 def pinned_packages(ctx: NodeContext) -> list[tuple[str, str]]:

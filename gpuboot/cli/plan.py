@@ -20,5 +20,6 @@ def run(args) -> Outcome:
     from gpuboot import plan
 
     doc = plan.plan(args.inventory, limit=args.limit)
-    failed = any("error" in n for n in doc["nodes"])
+    # a node install would refuse (a driver installed outside packages) fails the plan too
+    failed = any("error" in n or "outside_packages" in n for n in doc["nodes"])
     return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, plan.render(doc))

@@ -106,3 +106,52 @@ def test_off_debian_apt_config_is_not_the_evidence():
         "drifted", **role_vars(load_stack("lts-550-cuda12.4"), "redhat"), gpuboot_os_family="redhat"
     )
     assert finding.status == "ERROR"
+
+
+# STK-001 and a driver installed outside packages: the converged node's real listing without
+# any driver package, and the lab node's loaded module (550.54.15)
+NV_VERSION = (
+    DPKG.parents[1] / "evaluate" / "lab-h100-550-quick" / "node1" / "proc_driver_nvidia_version.txt"
+)
+DRIVER_PACKAGES = ("nvidia-driver", "nvidia-dkms", "nvidia-kernel", "nvidia-utils", "nvidia-kmod")
+
+
+def _runfile_evidence(module_loaded: bool = True, keep: tuple[str, ...] = ()) -> dict:
+    lines = (DPKG / "dpkg-query_-W.converged.txt").read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.startswith(DRIVER_PACKAGES) or ln.startswith(keep)]
+    version = NV_VERSION.read_text() if module_loaded else ""
+    return {
+        "dpkg-query_-W.txt": ProbeOutput("".join(kept), "", 0),
+        "proc_driver_nvidia_version.txt": ProbeOutput(version, "", 0 if module_loaded else 1),
+        "reboot-required.txt": ProbeOutput("", "", 0),
+    }
+
+
+def _stk001(evidence):
+    ctx = NodeContext("node1", {"hardware": {}}, STACK_VARS)
+    (finding,) = rules.evaluate(evidence, ctx, only=["STK-001"])
+    return finding
+
+
+def test_a_loaded_driver_no_package_carries_is_named_with_nvidias_way_out():
+    finding = _stk001(_runfile_evidence())
+    assert finding.status == "FAIL"
+    assert finding.reason.startswith(
+        "the NVIDIA driver 550.54.15 is loaded but no driver package is installed: a driver "
+        "installed outside packages (NVIDIA's .run installer)"
+    )
+    assert finding.action == (
+        "on node1: `nvidia-installer --uninstall` (NVIDIA's removal of a .run install), "
+        "reboot, then `gpuboot install -i <inventory> --limit node1`"
+    )
+
+
+def test_a_missing_driver_package_beside_another_driver_package_is_not_a_runfile():
+    # a packaged driver of another branch is a package problem, said as before
+    finding = _stk001(_runfile_evidence(keep=("nvidia-dkms",)))
+    assert finding.status == "FAIL" and finding.reason == (
+        "nvidia-utils-550 is not installed (pinned 550.54.15-1)"
+    )
+    # no module loaded: nothing runs outside packages, the package is missing
+    finding = _stk001(_runfile_evidence(module_loaded=False))
+    assert finding.reason == "nvidia-utils-550 is not installed (pinned 550.54.15-1)"
