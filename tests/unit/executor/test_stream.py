@@ -74,20 +74,25 @@ def _bare_process(stream: bytes, tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def bare_streams(tmp_path_factory) -> dict[str, bytes]:
-    """The bare worker's whole streams of a successful and a failing play (run at once)."""
+def bare_streams(tmp_path_factory) -> dict:
+    """Bare workers, run at once: the whole streams of a successful and a failing play, and
+    how a worker ended whose controller went away after its first line (``detached``)."""
     tmp = tmp_path_factory.mktemp("bare")
     data = write_job(tmp / "job")
     workers = {
-        play: _bare_worker(
-            tmp / play, _transmitted(data, playbook=f"{play}.yml", inventory="inventory/hosts")
+        name: _bare_worker(
+            tmp / name, _transmitted(data, playbook=f"{play}.yml", inventory="inventory/hosts")
         )
-        for play in ("ok", "fail")
+        for name, play in (("ok", "ok"), ("fail", "fail"), ("detached", "ok"))
     }
-    streams = {play: w.stdout.read() for play, w in workers.items()}
+    detached = workers.pop("detached")
+    detached.stdout.readline()
+    detached.stdout.close()  # the controller's side of the pipe goes away
+    found = {name: w.stdout.read() for name, w in workers.items()}
     for worker in workers.values():
         worker.wait(60)
-    return streams
+    found["detached"] = (detached.wait(60), detached.stderr.read(), tmp / "detached")
+    return found
 
 
 def _supervisor(tmp_path: Path) -> Executor:
@@ -102,7 +107,13 @@ def _job(data: Path, play: str, **kw) -> ShardJob:
     return ShardJob(
         job_id=kw.pop("job_id", uuid.uuid4().hex[:12]),
         private_data_dir=data,
-        runner_kwargs={"playbook": play, "inventory": "inventory/hosts", **kw.pop("runner", {})},
+        runner_kwargs={
+            "playbook": play,
+            "inventory": "inventory/hosts",
+            # runner looks for a cancel between pexpect reads: every 5 s unless told
+            "settings": {"pexpect_timeout": 0.5},
+            **kw.pop("runner", {}),
+        },
         hosts=HOSTS,
         final_task=kw.pop("final_task", "done"),
         keepalive_s=1,
@@ -151,6 +162,21 @@ def _h2_sleeping(shard_dir: Path) -> bool:
     return _journal_has(shard_dir, "runner_on_start", "h2", "wait") and _journal_has(
         shard_dir, "runner_on_ok", "h1", "done"
     )
+
+
+def _tree_with_sleep(root: int) -> dict[int, int]:
+    """``root``'s descendants once h2's ``sleep`` runs among them: the deepest process a
+    play starts (in a session of Ansible's worker's own) is there when the test strikes."""
+
+    def sleeping() -> bool:
+        for pid in procs.descendants(root):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read().startswith(b"sleep\0"):
+                    return True
+        return False
+
+    _wait_for(sleeping, what="h2's sleep process")
+    return procs.descendants(root)
 
 
 def _alive(pid: int) -> bool:
@@ -268,7 +294,7 @@ def test_d2_kill_9_of_the_bare_worker_leaves_ansible_playbook_and_the_secrets(jo
             ev = json.loads(raw).get("event_data") or {}
             if (ev.get("host"), ev.get("task")) == ("h2", "wait"):
                 break
-        tree = procs.descendants(worker.pid)
+        tree = _tree_with_sleep(worker.pid)
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         time.sleep(0.5)
@@ -287,7 +313,7 @@ def test_kill_9_of_the_worker_is_lost_hosts_unknown_and_nothing_left(job_data, t
     thread, box = _in_thread(run_shard, job, _supervisor(tmp_path), shard)
     _wait_for(lambda: _h2_sleeping(shard), what="h2 in its sleep")
     meta = _meta(tmp_path, job)
-    tree = procs.descendants(meta["supervisor_pid"])
+    tree = _tree_with_sleep(meta["supervisor_pid"])
     os.kill(meta["worker_pid"], signal.SIGKILL)
     thread.join(60)
     out = box["out"]
@@ -306,7 +332,7 @@ def test_cancel_ends_canceled_with_no_ansible_playbook_left(job_data, tmp_path):
     shard, executor = tmp_path / "s", _supervisor(tmp_path)
     thread, box = _in_thread(run_shard, job, executor, shard)
     _wait_for(lambda: _h2_sleeping(shard), what="h2 in its sleep")
-    tree = procs.descendants(_meta(tmp_path, job)["supervisor_pid"])
+    tree = _tree_with_sleep(_meta(tmp_path, job)["supervisor_pid"])
     assert subprocess.run(executor.command("cancel", "--job-id", job.job_id)).returncode == 0
     thread.join(60)
     out = box["out"]
@@ -320,16 +346,10 @@ def test_cancel_ends_canceled_with_no_ansible_playbook_left(job_data, tmp_path):
 # D3, re-attach ----------------------------------------------------------------------------
 
 
-def test_d3_the_bare_worker_loses_the_results_when_the_controller_goes(bare_streams, job_data,
-                                                                      tmp_path):  # fmt: skip
-    data_dir = tmp_path / "bare-worker"
-    worker = _bare_worker(data_dir, _transmitted(job_data, playbook="ok.yml",
-                                                 inventory="inventory/hosts"))  # fmt: skip
-    worker.stdout.readline()
-    worker.stdout.close()  # the controller's side of the pipe goes away
-    assert worker.wait(60) != 0
-    assert b"BrokenPipeError" in worker.stderr.read()
-    assert not list(data_dir.rglob("job_events/*"))  # nothing of the play is left to read
+def test_d3_the_bare_worker_loses_the_results_when_the_controller_goes(bare_streams):
+    rc, stderr, data_dir = bare_streams["detached"]
+    assert rc != 0 and b"BrokenPipeError" in stderr  # it died writing its final status
+    assert not list(data_dir.rglob("artifacts/*/rc"))  # the play's rc exists nowhere
 
 
 def test_d3_the_job_finishes_into_the_spool_and_reattach_reads_every_event_once(job_data, tmp_path):
@@ -365,3 +385,23 @@ def test_d3_the_job_finishes_into_the_spool_and_reattach_reads_every_event_once(
     assert SENTINEL.encode() not in spool.spool.read_bytes()
     files = [p for p in shard.rglob("*") if p.is_file()]
     assert not any(SENTINEL in p.read_text(errors="replace") for p in files)
+
+
+def test_a_job_that_cancels_on_detach_is_canceled_when_the_controller_goes(job_data, tmp_path):
+    job = _job(job_data, "split.yml", on_detach="cancel")  # what a scan asks
+    shard, supervisor = tmp_path / "s", _supervisor(tmp_path)
+    pidfile = tmp_path / "relay.pid"
+    relay = python_channel("relay", RELAY, str(pidfile), *supervisor.argv)
+    thread, box = _in_thread(run_shard, job, relay, shard)
+    _wait_for(lambda: _h2_sleeping(shard), what="h2 in its sleep")
+    tree = _tree_with_sleep(_meta(tmp_path, job)["supervisor_pid"])
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    thread.join(60)
+    assert box["out"].state == "lost"
+
+    spool = jobs.Job(tmp_path / "jobs", job.job_id)
+    _wait_for(lambda: not jobs.is_live(spool), timeout_s=30, what="the cancel")  # not sleep 30
+    out = attach_shard(job, supervisor, shard)
+    assert (out.state, out.rc) == ("canceled", 254)
+    assert out.hosts == {"h1": "ok", "h2": "unknown"}
+    assert not [p for p in tree if _alive(p)]
