@@ -158,11 +158,7 @@ def plan(inventory: str | Path | Inventory, *, limit: str | None = None) -> dict
 def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
     """The plan of ``hosts`` of the loaded inventory, each reached through certify's
     transport (gpuboot.transport), all in parallel."""
-    for name in hosts:  # a bad deadline is bad input: refused before any host
-        check_deadlines(name, inv.views[name].vars, str(inv.path))
-    connect = transport.connector(inv)
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        nodes = list(pool.map(lambda name: _plan_node(inv, name, connect), hosts))
+    nodes = [_plan_node(read, inv) for read in read_hosts(inv, hosts)]
     nodes.sort(key=lambda n: host_key(n["host"]))
     groups = group(nodes)
     for g in groups:
@@ -175,12 +171,21 @@ def _unreachable(name: str, exc: BaseException) -> dict[str, Any]:
     return {"host": name, "unreachable": True, "error": f"unreachable: {failure_reason(exc)}"}
 
 
-def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[str, Any]:
-    """One node's plan: its installed packages read in one round trip, against its stack
-    (or its driver pins)."""
-    from gpuboot.stacks import compare
-    from gpuboot.stacks.plan import stream_item
+def read_hosts(inv: Inventory, hosts: list[str]) -> list[dict[str, Any]]:
+    """Each host's installed packages (read_node), all in parallel, deadlines checked
+    before any host: what plan compares and `matrix import` turns into stacks."""
+    for name in hosts:  # a bad deadline is bad input: refused before any host
+        check_deadlines(name, inv.views[name].vars, str(inv.path))
+    connect = transport.connector(inv)
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        return list(pool.map(lambda name: read_node(inv, name, connect), hosts))
 
+
+def read_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[str, Any]:
+    """One node's package database in one round trip: {"host", "family", "installed"
+    (package -> version), "outside_packages" (a .run driver, or None)}, with "streams" (the
+    EL8/EL9 module listing, None when dnf did not answer: "unread" says why) where the
+    host's stack pins a stream; or {"host", "error"} (and "unreachable")."""
     view = inv.views[name]
     hostvars, stack = view.vars, view.stack
     try:
@@ -212,6 +217,27 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
         installed = (installed_rpm_versions if el else installed_versions)(out)
     except ParseError as exc:
         return {"host": name, "error": f"cannot read installed packages: {exc}"}
+    return {
+        "host": name,
+        "family": family,
+        "installed": installed,
+        **({"streams": listing, "unread": unread} if streams else {}),
+        "outside_packages": parse_runfile(runfile) if runfile is not None else None,
+    }
+
+
+def _plan_node(read: dict[str, Any], inv: Inventory) -> dict[str, Any]:
+    """One node's plan: what read_node found, against its stack (or its driver pins)."""
+    from gpuboot.stacks import compare
+    from gpuboot.stacks.plan import stream_item
+
+    if "error" in read:
+        return read
+    name, family, installed = read["host"], read["family"], read["installed"]
+    view = inv.views[name]
+    hostvars, stack = view.vars, view.stack
+    # EL8/EL9 stacks with a module stream: read_node asked dnf (None: it did not answer)
+    streams, listing, unread = "streams" in read, read.get("streams"), read.get("unread", "")
     if stack is not None:
         # Where gpuboot does not manage the kernel (the lab's is the host's), its
         # packages are not part of the plan.
@@ -244,9 +270,8 @@ def _plan_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict
         "reboot": any(i["reboot"] for i in changes),
         "restarts": sorted({s for i in changes for s in i["restarts"]}),
     }
-    outside = parse_runfile(runfile) if runfile is not None else None
-    if outside:
-        doc["outside_packages"] = outside
+    if read["outside_packages"]:
+        doc["outside_packages"] = read["outside_packages"]
     return doc
 
 
