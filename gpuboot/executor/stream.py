@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuboot.errors import BadInput
+from gpuboot.errors import BadInput, RunError
 from gpuboot.executor import artifacts
 from gpuboot.executor.journal import Journal
 from gpuboot.executor.outcome import ShardOutcome, judge
@@ -142,14 +142,17 @@ def _run_channel(
     feed: Callable[[Any], None] | None,
 ) -> ShardOutcome:
     shard_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with (shard_dir / "channel.err").open("ab") as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            start_new_session=True,
-        )
+    try:
+        with (shard_dir / "channel.err").open("ab") as err:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
+    except OSError as exc:
+        raise RunError(f"cannot reach the executor: {exc}", where=argv[0]) from exc
     sender = None
     if feed is not None:
         sender = threading.Thread(target=feed, args=(proc.stdin,), daemon=True)

@@ -251,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if jobs.release(job) else 1
         jobs.collect_garbage(root)
         lock_fd = jobs.claim(job)
-        serve(job, str(args.keepalive_seconds), args.on_detach, args.grace_seconds, lock_fd)
+        try:
+            serve(job, str(args.keepalive_seconds), args.on_detach, args.grace_seconds, lock_fd)
+        finally:  # however serve ended (a full disk, a bug): no process, no secret left
+            procs.end_tree(os.getpid())
+            shutil.rmtree(job.data, ignore_errors=True)
         return 0
     except GpubootError as exc:
         print(f"gpuboot-executor-worker: {exc}", file=sys.stderr)

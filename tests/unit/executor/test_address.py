@@ -36,3 +36,13 @@ def test_a_job_that_could_wait_for_ever_or_escape_is_refused(tmp_path, field, va
     args = {"job_id": "j1", "private_data_dir": tmp_path, "runner_kwargs": {}, "hosts": ("h",)}
     with pytest.raises(BadInput, match=says):
         ShardJob(**{**args, "keepalive_s": 2, "heartbeat_s": 6, field: value})
+
+
+@pytest.mark.subprocess
+def test_a_channel_that_cannot_start_is_a_harness_error(tmp_path):
+    from gpuboot.errors import RunError
+    from gpuboot.executor.stream import run_shard
+
+    job = ShardJob("j1", tmp_path, {}, ("h",), keepalive_s=1, heartbeat_s=3)
+    with pytest.raises(RunError, match="cannot reach the executor"):
+        run_shard(job, Executor("gone", (str(tmp_path / "no-ssh"),)), tmp_path / "s")
