@@ -54,11 +54,14 @@ class HostResult:
     failed_task: str | None = None
     changes: list[str] = field(default_factory=list)
     pending: bool = False  # in a rollout that stopped before reaching it
+    interrupted: bool = False  # its play was stopped (Ctrl-C, SIGTERM) before its end
 
     @property
     def status(self) -> str:
         if self.pending:
             return "pending"
+        if self.interrupted:
+            return "interrupted"
         if self.unreachable:
             return "unreachable"
         if self.failed:
@@ -472,6 +475,10 @@ def run(
     stdout = run_dir / "artifacts" / "job" / "stdout"
     if stdout.exists():
         (run_dir / "stdout").symlink_to(stdout.relative_to(run_dir))
+    if cancelled() and not folder.stats_seen:
+        # a stopped play's hosts are not known to be ok: only a failure seen is a result
+        for host in folder.hosts.values():
+            host.interrupted = not (host.failed or host.unreachable)
     paths.write_private(run_dir / "results.json", json.dumps(result.to_dict(), indent=2))
     if cancelled():
         raise KeyboardInterrupt(f"the play was stopped (ansible-playbook ended); see {run_dir}")

@@ -344,6 +344,9 @@ def test_interrupted_install_keeps_finished_batches_and_resumes_the_rest(
 LOCAL_PLAY = """- hosts: all
   gather_facts: false
   tasks:
+    - name: a quick task
+      ansible.builtin.command: "true"
+      changed_when: false
     - name: a long task
       ansible.builtin.command: sleep {marker}
 """
@@ -395,9 +398,13 @@ def test_ctrl_c_during_a_play_ends_ansible_playbook_and_raises_keyboard_interrup
 
     threading.Thread(target=interrupt_once_running, daemon=True).start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stopped:
         runner.run(runner.RunSpec(playbook=play, inventory=(inv,), label="ctrlc"))
     assert time.monotonic() - started < 60
+    # ok in its first task, stopped in its second: not known to be ok
+    run_dir = Path(str(stopped.value).rpartition("see ")[2])
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["hosts"]["localhost"]["status"] == "interrupted", results
     time.sleep(0.5)
     # ansible-playbook, its workers (each in a session of its own) and the task are gone
     assert _processes_with(marker) == [] and _processes_with(str(play)) == []
