@@ -101,7 +101,7 @@ def _certify_inventory(args, inv) -> Outcome:
     """certify -i: checks and probes, reports, certificates, the gate."""
     from gpuboot import certify
     from gpuboot.cli import gate, render
-    from gpuboot.cli.extent_text import certification_text
+    from gpuboot.cli.extent_text import certification_text, measured_block
     from gpuboot.ids import link_report
     from gpuboot.progress import live_run
     from gpuboot.report import write_reports
@@ -130,6 +130,7 @@ def _certify_inventory(args, inv) -> Outcome:
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
+    text += measured_block(extents)
     text += certification_text(extents, str(inv.path), args.sign_key, list(inv.hosts))
     if args.textfile_dir:
         run.written["textfile"], warning = _textfile(args, inv, report, certs, extents)

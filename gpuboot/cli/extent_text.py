@@ -20,8 +20,9 @@ from gpuboot.report.extent import (
 MEASURABLE = {NO_PROBES, QUICK_PROBES, NO_PAIR}  # gaps another certify run closes
 
 
-def measured_text(m: Mapping[str, Any]) -> str:
-    """One line: probe level, repeats, DCGM level, GPUs, rails, pair partners."""
+def measured_text(m: Mapping[str, Any], *, partners: bool = True) -> str:
+    """One line: probe level, repeats, DCGM level, GPUs, rails, pair partners (by name, or
+    counted: ``partners`` False, so that nodes measured alike share a line)."""
     gpus, rails, pairs = m.get("gpus") or {}, m.get("rails") or {}, m.get("pairs") or {}
     done, every = rails.get("measured") or [], rails.get("profile") or []
     parts = [
@@ -32,8 +33,20 @@ def measured_text(m: Mapping[str, Any]) -> str:
         f"rails {len(done)}/{len(every)}" + (f" ({', '.join(done)})" if done else ""),
     ]
     for kind in ("tcp_bw", "ib_write_bw"):
-        parts.append(f"{kind} with {', '.join(pairs.get(kind) or []) or 'no partner'}")
+        peers = pairs.get(kind) or []
+        named = ", ".join(peers) if partners else f"{len(peers)} partner(s)"
+        parts.append(f"{kind} with {named if peers else 'no partner'}")
     return "; ".join(parts)
+
+
+def measured_block(extents: Mapping[str, Extent]) -> str:
+    """What the run measured, one line per set of nodes measured alike."""
+    from gpuboot.ui import host_ranges
+
+    alike: dict[str, list[str]] = {}
+    for host, e in extents.items():
+        alike.setdefault(measured_text(e.measured, partners=False), []).append(host)
+    return "".join(f"\nmeasured on {host_ranges(h)}: {line}" for line, h in alike.items())
 
 
 def certification_text(

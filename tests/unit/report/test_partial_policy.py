@@ -16,7 +16,7 @@ from gpuboot.errors import ConfigError
 from gpuboot.report import certificate
 from gpuboot.results import NodeReport, RunReport
 
-from .sample import make_bundle
+from .sample import PROBE_FILES, make_bundle
 from .test_cert_scope import NO_PARTNER, node_report, single_node_run
 
 INVENTORY = """all:
@@ -43,10 +43,14 @@ def home(tmp_path, monkeypatch):
 
 def _certify(tmp_path, monkeypatch, capsys, node: dict[str, Any], extra: str = ""):
     """`gpuboot certify -i INV --sign-key KEY --json` on a run whose certify step returns
-    ``node`` over a real-capture bundle (single node: the pair phase found no partner)."""
+    ``node`` over a real-capture bundle (a node whose pair rules were skipped ran alone: the
+    pair phase found no partner and its bundle holds no pair file)."""
     from gpuboot import certify
 
-    bundle = make_bundle(tmp_path / "runs", ["gpu-a01"], meta=NO_PARTNER)
+    alone = any(f["rule"] == "BW-006" and f["status"] == "SKIPPED" for f in node["findings"])
+    probes = {k: v for k, v in PROBE_FILES.items() if "ib_write_bw" not in k} if alone else None
+    meta = NO_PARTNER if alone else None
+    bundle = make_bundle(tmp_path / "runs", ["gpu-a01"], probes=probes, meta=meta)
     run = {"run_id": bundle.name, "run_dir": str(bundle), "bundle": str(bundle), "nodes": [node]}
     monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(run))
     key = certificate.generate_key(tmp_path / "key.pem")
@@ -77,6 +81,10 @@ def test_a_partial_certificate_no_policy_accepts_is_its_own_verdict_and_exit_7(
     assert [g["check"] for g in cert["gaps"]] == ["BW-005", "BW-006"]
     assert cert["measured"]["probes"] == "quick"
     assert "gpu-a01: PARTIAL, not certified: BW-005 (no-pair)" in text
+    assert (
+        "measured on gpu-a01: probes quick; 0 repeat(s); no dcgmi diag; GPUs 8/8; rails 0/8; "
+        "tcp_bw with no partner; ib_write_bw with no partner"
+    ) in text
     assert "does not accept no-pair" in text
     assert "or accept it: gpuboot_accept_partial: [no-pair]" in text
     # the inventory holds no other node to pair with: the command says what it lacks
