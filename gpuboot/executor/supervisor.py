@@ -192,11 +192,15 @@ def cancel(job: jobs.Job) -> int:
     if not jobs.is_live(job):
         print(f"job {job.job_id} is not running", file=sys.stderr)
         return 1
-    pid = int(json.loads(job.meta.read_text())["supervisor_pid"])
-    with open(f"/proc/{pid}/cmdline", "rb") as fh:  # that pid is this job's supervisor
-        if job.job_id.encode() not in fh.read().split(b"\0"):
-            print(f"job {job.job_id}'s supervisor is gone", file=sys.stderr)
-            return 1
+    try:
+        pid = int(json.loads(job.meta.read_text())["supervisor_pid"])
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:  # that pid is this job's supervisor
+            ours = job.job_id.encode() in fh.read().split(b"\0")
+    except (OSError, ValueError, KeyError):  # starting (no pid yet) or just gone
+        ours = False
+    if not ours:
+        print(f"job {job.job_id}: no supervisor to cancel yet, try again", file=sys.stderr)
+        return 1
     os.kill(pid, signal.SIGTERM)
     return 0
 
