@@ -67,6 +67,12 @@ JUDGED_ONLY: dict[str, str] = {
     "BW-004": "NCCL all_reduce bandwidth: measured",
     "BW-005": "ib_write_bw to a partner: measured",
     "BW-006": "TCP throughput to a partner: measured",
+    # scan's trend rules (gpuboot.trends): the node's own counters over its scan history
+    "TRD-001": "NVLink error counters growing: the fabric",
+    "TRD-002": "corrected ECC errors growing: the GPU's memory",
+    "TRD-003": "PCIe replays growing: slot, riser, link",
+    "TRD-004": "RoCE pause / out-of-buffer counters growing: the fabric or the host",
+    "TRD-005": "bandwidth drifting down: measured",
 }
 
 # PATCH tasks no certify rule judges (so no rule id to tag them with): they carry their own id
@@ -220,10 +226,11 @@ def _scalars(node: Any) -> Iterator[str]:
 
 # ---------------------------------------------------------------- ids and rules
 def rule_ids() -> frozenset[str]:
-    """The certify rules' ids."""
+    """The certify rules' ids, and scan's trend rules'."""
     from gpuboot.checks.rules import RULES
+    from gpuboot.trends import TITLES  # scan's trend rules judge the history, not a bundle
 
-    return frozenset(r.id for r in RULES)
+    return frozenset(r.id for r in RULES) | frozenset(TITLES)
 
 
 def compat_rule_ids() -> frozenset[str]:
