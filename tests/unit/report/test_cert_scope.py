@@ -440,3 +440,27 @@ def test_a_mig_node_lacks_the_whole_gpu_probes_and_dcgm_and_its_policy_can_accep
     assert not only_mig.ok and "does not accept no-pair" in only_mig.reason
     both = ("mig", "no-pair")
     assert certificate.verify(cert, pub(key), host="gpu-a01", accepts=both, now=NOW).ok
+
+
+def test_a_stack_without_the_probe_tools_is_partial_for_no_tool(tmp_path, key):
+    """A driver-only host (no CUDA, DCGM or DOCA-OFED pinned) runs none of those probes:
+    its gaps are no-tool, which a site may accept for such nodes."""
+    bundle = make_bundle(tmp_path, ["gpu-a01"], level="quick")  # pins: the profile only
+
+    def skip(tool: str, var: str) -> tuple[str, str]:
+        return (
+            "SKIPPED",
+            f"not applicable: the host's stack does not provide {tool} ({var} unset)",
+        )
+
+    cuda = skip("nvbandwidth", "cuda_toolkit_version")
+    node = node_report(
+        BW_001=cuda, BW_002=cuda, BW_003=cuda, BW_004=cuda,
+        DCG_001=skip("dcgmi diag", "dcgm_version"),
+        BW_005=skip("ib_write_bw", "doca_ofed_enabled"),
+    )  # fmt: skip
+    cert = certificate.issue(NodeReport.from_dict(node), bundle, key, now=NOW)
+    assert {m["check"]: m["gap"] for m in cert["missing"]} == dict.fromkeys(
+        ["BW-001", "BW-002", "BW-003", "BW-004", "BW-005", "DCG-001"], "no-tool"
+    )
+    assert certificate.verify(cert, pub(key), host="gpu-a01", accepts=("no-tool",), now=NOW).ok
