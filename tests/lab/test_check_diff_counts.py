@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import gpuboot, ssh_ok
 
@@ -74,3 +75,37 @@ def test_converged_check_and_real_both_count_zero(lab):
     assert "node[1-3] (3 hosts): nothing to change" in text
     real = json.loads(gpuboot("install", "-i", str(lab.inventory), "--json", check_rc=0).stdout)
     assert {h: r["changed"] for h, r in real["hosts"].items()} == dict.fromkeys(NODES, 0)
+
+
+OTHER = "prod-570-cuda12.8"  # node3's stack in the mixed-stack run
+VERSION = re.compile(r"\d+\.\d+\.\d+")
+HEADING = re.compile(r"^    [A-Z][A-Z0-9]*-\d+  ")  # a task line of a block (diffview._entry)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """Each change-set block of the --diff text by its first line's host label."""
+    found = {}
+    for block in text.split("\n\n"):
+        head = block.splitlines()[0] if block.strip() else ""
+        if m := re.match(r"^(\S+) \(\d+ hosts?\)", head):
+            found[m.group(1)] = block
+    return found
+
+
+def test_mixed_stacks_each_group_shows_its_own_versions(lab, tmp_path):
+    """Two host groups on two stacks: no task heading carries a host's versions (Ansible
+    templates a name once, with the first host's values, and shows it over every host's
+    result), and each group's block carries its own stack's versions only. Only the pinned
+    packages' tasks (STK-002's) run: the driver's heading was the one that misled."""
+    site = yaml.safe_load(lab.inventory.read_text())
+    site["all"]["children"]["gpu_nodes"]["hosts"]["node3"]["gpuboot_stack"] = OTHER
+    mixed = tmp_path / "mixed.yml"
+    mixed.write_text(yaml.safe_dump(site))
+    proc = gpuboot(
+        "install", "-i", str(mixed), "--check", "--diff", "--tags", "STK-002", "-q", check_rc=0
+    )
+    found = blocks(proc.stdout)
+    assert set(found) == {"node[1-2]", "node3"}, proc.stdout[-3000:]
+    headings = [ln for b in found.values() for ln in b.splitlines() if HEADING.match(ln)]
+    assert headings and not [h for h in headings if VERSION.search(h)], headings
+    assert "570.133.20" in found["node3"] and "570.133.20" not in found["node[1-2]"]
