@@ -95,6 +95,8 @@ def test_a_partial_certificate_no_policy_accepts_is_its_own_verdict_and_exit_7(
     assert "partial: not certified</span> for BW-005, BW-006 not measured (no-pair)" in html
     assert "certified, may join the cluster" not in html
     assert "0 of 1 node certified, 1 partial" in html
+    measured = html[html.index("What each run measured") :]
+    assert "<td>quick</td>" in measured and "<td>0 of 8</td>" in measured  # no rail measured
     suite = ET.parse(reports / "junit.xml").getroot().find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert (props["verdict"], props["scope"]) == ("PARTIAL", "partial")
