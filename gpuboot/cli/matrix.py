@@ -1,19 +1,31 @@
-"""`gpuboot matrix list|show|check`: the version stacks and their compatibility rules."""
+"""`gpuboot matrix list|show|check|import`: the version stacks, their compatibility rules,
+and the site stacks a running fleet's packages make."""
 
 from __future__ import annotations
 
 from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome
-from gpuboot.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
+from gpuboot.errors import EXIT_BAD_INPUT, EXIT_NODE_FAILED, EXIT_OK, BadInput
 
 
 def register(verbs, common) -> None:
     mx = verbs.add_parser(
-        "matrix", parents=[common, options.os_family()], help="version stacks and their rules"
+        "matrix",
+        parents=[
+            common,
+            options.os_family(),
+            options.targets(
+                required=False, inventory_help="import: the inventory whose nodes to read"
+            ),
+        ],
+        help="version stacks and their rules; import a running fleet's as site stacks",
     )
-    mx.add_argument("action", choices=["list", "show", "check"])
+    mx.add_argument("action", choices=["list", "show", "check", "import"])
     mx.add_argument("stack", nargs="?", help="stack name or stack file")
     mx.add_argument("--profile", action="append", help="check against this SKU (repeatable)")
+    mx.add_argument(
+        "--out", help="import: a new or empty directory for the stacks it writes (required)"
+    )
     mx.set_defaults(func=run)
 
 
@@ -21,6 +33,8 @@ def run(args) -> Outcome:
     from gpuboot import matrix
     from gpuboot.cli import render
 
+    if args.action == "import":
+        return _import(args)
     if args.action == "list":
         rows = matrix.list_all()
         return Outcome(EXIT_OK, {"stacks": rows}, render.stacks_table(rows))
@@ -35,3 +49,18 @@ def run(args) -> Outcome:
     doc = matrix.check(args.stack, args.profile)
     code = EXIT_BAD_INPUT if doc["violations"] else EXIT_OK
     return Outcome(code, doc, render.violations_text(doc))
+
+
+def _import(args) -> Outcome:
+    """Exit 0: every selected node's software is in a written stack; 1: a node was refused,
+    not read, or its stack failed matrix check (the others are written); 2: bad input."""
+    from gpuboot import matrix_import
+
+    if not args.inventory or not args.out:
+        raise BadInput(
+            "`gpuboot matrix import` needs -i INVENTORY and --out DIR",
+            hint="gpuboot matrix import -i inventory/site.yml --out stacks/site",
+        )
+    doc = matrix_import.import_stacks(args.inventory, args.out, limit=args.limit)
+    failed = doc["refused"] or doc["unread"] or doc["not_checked"]
+    return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, matrix_import.render(doc))
