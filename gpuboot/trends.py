@@ -173,7 +173,8 @@ def observe(evidence: Mapping[str, Any], measurements: Iterable[Mapping[str, Any
         for g in errors.gpus if errors and not errors.elided else ():
             if not g.counters:
                 continue  # MIG mode, or no NVLink: nothing read
-            read.add(f"nvlink@GPU{g.index}")
+            if all(v is not None for c in g.counters.values() for v in c.values()):
+                read.add(f"nvlink@GPU{g.index}")  # else a count it printed unreadably is unknown
             for link, counters in g.counters.items():
                 for name, value in counters.items():
                     if name in _NVLINK and value:
@@ -192,7 +193,8 @@ def observe(evidence: Mapping[str, Any], measurements: Iterable[Mapping[str, Any
                     values[f"{counter}@GPU{i}"] = value
     for m in measurements:
         counter = m.get("counter")
-        if m.get("kind") == "counter" and counter in COUNTERS and _nonneg_int(m.get("value")):
+        roce = counter in COUNTERS and COUNTERS[counter][0] == "TRD-004"
+        if m.get("kind") == "counter" and roce and _nonneg_int(m.get("value")):
             values[f"{counter}@{m.get('device')}"] = m["value"]
     return Sample("", None, frozenset(read), values)
 

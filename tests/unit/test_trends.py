@@ -126,6 +126,13 @@ def test_a_full_real_layout_reads_every_gpu_with_zero_counters_kept_as_read_grou
     assert s.value("nvlink_crc_errors@GPU0 link 17") == 0
 
 
+def test_a_gpu_block_with_an_unreadable_count_is_not_read_as_zeros():
+    text = nvlink_e().replace("Link 4: Replay Errors: 0", "Link 4: Replay Errors: N/A", 1)
+    s = trends.observe({NVLINK_ERRORS_FILE: ProbeOutput(text, "", 0)})
+    assert s.read == {"nvlink@GPU1"}
+    assert s.value("nvlink_crc_errors@GPU0 link 4") is None
+
+
 def test_fewer_scans_than_min_scans_is_not_judged():
     w = window(
         sample("2026-11-27T08:00:00Z", "b1", nvlink_e({(1, 5): 100})),
