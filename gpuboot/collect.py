@@ -120,9 +120,14 @@ def _unit_probes(hostvars: dict[str, Any], taken: set[str]) -> list[Probe]:
 
 
 def _run_line(probe: Probe, procfs: str, sysfs: str) -> str:
+    """One probe: its stdout, stderr, and the trailer "<exit code> <stdout bytes>" written
+    once the command has ended (parse_trailer): the end marker a cut output lacks."""
     cmd = probe.command.replace("{procfs}", procfs).replace("{sysfs}", sysfs)
     f = shlex.quote(probe.file)
-    return f"timeout {probe.timeout} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; echo $? >{f}.rc"
+    return (
+        f"timeout {probe.timeout} sh -c {shlex.quote(cmd)} >{f} 2>{f}.stderr; "
+        f'rc=$?; echo "$rc $(wc -c <{f})" >{f}.rc'
+    )
 
 
 def script(
@@ -157,12 +162,23 @@ def expected_files(
 
 
 def parse_rc(text: str | None) -> int:
-    """A probe's exit code from its .rc companion; missing or garbage means it failed."""
+    """A probe's exit code from its .rc trailer; missing or garbage means it failed."""
     try:
-        rc = int((text or "").strip())
-    except ValueError:
+        rc = int((text or "").split(maxsplit=1)[0])
+    except (ValueError, IndexError):
         return RC_FAILED
     return rc if 0 <= rc <= 255 else RC_FAILED
+
+
+def ended_short(name: str, size: int, trailer: str | None) -> str:
+    """Why ``name``'s ``size`` bytes are not the whole output its .rc trailer says the node
+    wrote ("" when they are): no trailer, no byte count in it, or another count."""
+    fields = (trailer or "").split()
+    if len(fields) != 2 or not fields[1].isdigit():
+        return f"{name}: truncated: no end marker (the node's collection did not finish it)"
+    if int(fields[1]) != size:
+        return f"{name}: truncated: {size} bytes received of the {fields[1]} the node wrote"
+    return ""
 
 
 def _reject(why: str) -> NodeAnswerRejected:
@@ -213,12 +229,15 @@ def unpack(
     NodeAnswerRejected: only the files that script asks for, as regular files in caps."""
     files, plain = expected_files(probes, bandwidth)
     allowed = plain | {f + c for f in files for c in ("", *COMPANIONS)}
-    raw = {n: b.decode(errors="replace") for n, b in _tar_members(payload, allowed).items()}
+    members = _tar_members(payload, allowed)
+    raw = {n: b.decode(errors="replace") for n, b in members.items()}
     evidence: Evidence = {}
     for name in sorted(raw):
         if name in plain:
             evidence[name] = ProbeOutput(raw[name], "", 0)
         elif name in files:
             stderr = raw.get(name + ".stderr", "")[:MAX_STDERR_KEPT]
-            evidence[name] = ProbeOutput(raw[name], stderr, parse_rc(raw.get(name + ".rc")))
+            trailer = raw.get(name + ".rc")
+            cut = ended_short(name, len(members[name]), trailer)
+            evidence[name] = ProbeOutput(raw[name], stderr, parse_rc(trailer), cut)
     return evidence

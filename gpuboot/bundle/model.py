@@ -27,6 +27,12 @@ class ProbeOutput:
     stdout: str
     stderr: str
     rc: int
+    # Why the output is known not to be whole ("" when it is, or when nothing can tell: a
+    # hand-collected capture). A listing cut at a line boundary parses cleanly and reads as
+    # "module/package/device missing", so gpuboot's own collection records where each output
+    # ended (collect.py's trailer, meta.json's "bytes") and a mismatch is set here: the rules
+    # reading the file are ERROR (checks/base.py), never FAIL.
+    incomplete: str = ""
 
 
 Evidence = dict[str, ProbeOutput]  # probe file name -> what its command printed

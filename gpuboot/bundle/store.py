@@ -68,9 +68,17 @@ def write_host_bundle(host_dir: Path, evidence: Evidence, meta: dict) -> None:
     # 0600, atomically replaced: a link planted at a file's name is replaced, not followed
     for name, out in evidence.items():
         paths.write_private(host_dir / name, out.stdout)
-    outputs = {n: {"rc": o.rc, "stderr": o.stderr} for n, o in evidence.items()}
+    outputs = {n: _output_record(o) for n, o in evidence.items()}
     meta = {**meta, "outputs": outputs}
     paths.write_private(host_dir / META, json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _output_record(out: ProbeOutput) -> dict[str, Any]:
+    """meta.json's entry of one file: rc, stderr and where its stdout ended ("bytes", the
+    end marker host_bundle checks), or why it is known not to be whole."""
+    if out.incomplete:
+        return {"rc": out.rc, "stderr": out.stderr, "incomplete": out.incomplete}
+    return {"rc": out.rc, "stderr": out.stderr, "bytes": len(out.stdout.encode())}
 
 
 def read_file_capped(path: Path, cap: int | None = None) -> bytes:
@@ -141,10 +149,32 @@ def _outputs(meta: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
         and isinstance(v.get("rc", 0), int)
         and not isinstance(v.get("rc", 0), bool)
         and isinstance(v.get("stderr", ""), str)
+        and _count(v.get("bytes", 0)) is not None
+        and isinstance(v.get("incomplete", ""), str)
         for v in outputs.values()
     ):
-        raise BundleError("meta.json: outputs must map files to {rc, stderr}", where=where)
+        raise BundleError("meta.json: outputs must map files to {rc, stderr, bytes}", where=where)
     return outputs
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def cut_short(name: str, data: bytes, info: dict[str, Any], collected: bool) -> str:
+    """Why a bundle file is not the whole output gpuboot kept ("" when it is, or when the
+    bundle has no end markers: hand-collected). ``collected``: gpuboot's collection
+    produced the file (meta.json "commands"), so its end marker must be there."""
+    if info.get("incomplete"):
+        return info["incomplete"]
+    if "bytes" in info:
+        # shorter only: a longer file was edited, not cut (MANIFEST.json says which changed)
+        if len(data) < info["bytes"]:
+            return f"{name}: truncated: {len(data)} bytes of the {info['bytes']} gpuboot kept"
+        return ""
+    if collected:
+        return f"{name}: truncated: no end marker in meta.json (gpuboot records one per file)"
+    return ""
 
 
 def parse_meta(data: bytes | None, where: str) -> dict[str, Any]:
@@ -171,6 +201,12 @@ def host_bundle(files: dict[str, bytes], where: str) -> tuple[Evidence, dict]:
     """Evidence and meta from a host directory's files (read_host_files)."""
     meta = parse_meta(files.get(META), where)
     outputs = _outputs(meta, where)
+    # gpuboot's own collection lists each file's command, and since end markers were kept,
+    # each file's "bytes": there a file without one is cut. A bundle without any (a capture,
+    # or kept before the markers) is judged as it is.
+    commands = meta.get("commands")
+    marked = any("bytes" in v or "incomplete" in v for v in outputs.values())
+    collected = commands if isinstance(commands, dict) and marked else {}
     evidence: Evidence = {}
     for name, data in files.items():
         if name == META:
@@ -180,6 +216,7 @@ def host_bundle(files: dict[str, bytes], where: str) -> tuple[Evidence, dict]:
             stdout=data.decode(errors="replace"),
             stderr=info.get("stderr", ""),
             rc=info.get("rc", 0),
+            incomplete=cut_short(name, data, info, name in collected),
         )
     return evidence, meta
 

@@ -98,7 +98,7 @@ class Rule:
         # A probe the rule reads that failed (timeout, non-zero exit) left output that may
         # be partial: the rule is ERROR, whatever that output says. Checked around the
         # check so a rule that does not apply (no such part, not asked for) still says so.
-        failed = failed_probe(evidence, self.evidence)
+        failed = incomplete_probe(evidence, self.evidence) or failed_probe(evidence, self.evidence)
         if not failed and not ctx.meta.get("excerpt"):
             failed = elided_probe(evidence, self.evidence)
         try:
@@ -163,10 +163,20 @@ def start_node() -> None:
 
 
 def probe(evidence: Evidence, name: str) -> ProbeOutput:
+    """``name``'s output; MissingEvidence when absent, ProbeFailed when known to be cut."""
     try:
-        return evidence[name]
+        out = evidence[name]
     except KeyError:
         raise MissingEvidence(f"probe {name} was not collected", where=name) from None
+    return whole(name, out)
+
+
+def whole(name: str, out: ProbeOutput) -> ProbeOutput:
+    """``out``, or ProbeFailed naming the file when its end marker says it was cut: read
+    even by a rule that does not declare the file (a cut tail is not an absent part)."""
+    if out.incomplete:
+        raise ProbeFailed(out.incomplete, where=name)
+    return out
 
 
 def probes_matching(evidence: Evidence, pattern: str) -> dict[str, ProbeOutput]:
@@ -175,7 +185,9 @@ def probes_matching(evidence: Evidence, pattern: str) -> dict[str, ProbeOutput]:
 
 
 def tool_failure(name: str, out: ProbeOutput) -> str | None:
-    """Why a probe could not measure, from its exit code; None when it ran."""
+    """Why a probe could not measure, from its end marker and exit code; None when it ran."""
+    if out.incomplete:
+        return out.incomplete
     if not isinstance(out.rc, int) or isinstance(out.rc, bool):
         return f"{name}: exit code not recorded ({out.rc!r})"
     if out.rc == 0:
@@ -278,6 +290,15 @@ def elided_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
+def incomplete_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
+    """A declared probe file known not to be whole (its end marker is missing or says
+    otherwise: ProbeOutput.incomplete). A listing cut at a line boundary parses cleanly and
+    its missing tail would read as a module, package or device that is not there."""
+    return next(
+        (out.incomplete for _n, out in _declared(evidence, patterns) if out.incomplete), None
+    )
+
+
 def failed_probe(evidence: Evidence, patterns: tuple[str, ...]) -> str | None:
     """Why one of the probe files matching ``patterns`` did not run to completion (timeout,
     non-zero exit, exit code not recorded), unless that exit is the tool's answer."""
@@ -297,7 +318,7 @@ def forms_in(evidence: Evidence, kind: str) -> list[tuple[str, str, ProbeOutput]
     (evidence/forms.py): a rule reads whichever forms of its tool's output exist."""
     from gpuboot.evidence.forms import files_of
 
-    return [(name, form, evidence[name]) for name, form in files_of(kind, evidence)]
+    return [(name, form, whole(name, evidence[name])) for name, form in files_of(kind, evidence)]
 
 
 class EvidenceDisagrees(GpubootError):

@@ -122,9 +122,11 @@ def test_a_deleted_xid_line_never_turns_fail_into_pass(xid_bundle):
     node = _node(evaluate_bundle(str(bundle)).to_dict(), "emu1")
     assert node["verdict"] == "ERROR"
     assert _reasons(node) == {"evidence changed since the run: dmesg.txt (changed)"}
-    # the operator may still judge the files as they are, knowingly
+    # judged as it is, the file is still shorter than the end marker gpuboot kept for it:
+    # a cut file and a file with lines deleted look alike, and neither is PASS
     doc = evaluate_bundle(str(bundle), ignore_manifest=True).to_dict()
-    assert doc["manifest"] == "ignored" and _node(doc, "emu1")["verdict"] == "PASS"
+    assert doc["manifest"] == "ignored" and _node(doc, "emu1")["verdict"] == "ERROR"
+    assert any("dmesg.txt: truncated" in r for r in _reasons(_node(doc, "emu1")))
 
 
 def test_added_and_missing_files_and_a_deleted_host_are_changes(xid_bundle, tmp_path):
@@ -172,6 +174,7 @@ def test_a_rules_subset_is_partial_never_pass(xid_bundle):
     dmesg.write_text(dmesg.read_text().replace(xid, ""))  # a healthy node...
     meta_path = bundle / "emu1" / "meta.json"
     meta = json.loads(meta_path.read_text())
+    meta["outputs"]["dmesg.txt"]["bytes"] = dmesg.stat().st_size  # its end, as kept
     meta_path.write_text(json.dumps({**meta, "rules": ["GPU-001", "XID-001"]}))
     doc = evaluate_bundle(
         str(bundle), ignore_manifest=True
