@@ -11,18 +11,23 @@ change set; the whole, untruncated, goes to ``diff.txt`` in the run directory.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuboot.errors import GpubootError
 from gpuboot.report._util import host_key
 from gpuboot.runner import would_change
 from gpuboot.ui import host_ranges
+from gpuboot.yamlsafe import loads_json_bounded, read_capped_bytes
 
 FILE_NAME = "diff.txt"
 DIFF_LINES = 12  # per file on the terminal; diff.txt has them all
 LINE_WIDTH = 160
+# runner writes each task result of each host as one event file: a node's diff or output
+# larger than this is not read (nor is a FIFO or link planted among them)
+EVENT_MAX_BYTES = 16 * 1024 * 1024
+EVENT_HINT = "the run directory's job events are ansible-runner's: run the install again"
 KINDS = (
     ("packages", "packages"),
     ("file", "files"),
@@ -51,9 +56,13 @@ def _events(run_dir: Path) -> list[dict[str, Any]]:
         batch = []
         for path in events.glob("*.json"):
             try:
-                batch.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue  # a half-written event of an interrupted run
+                # an event carries a node's output: read as a regular file within a cap
+                data = read_capped_bytes(path, EVENT_MAX_BYTES, "job event", hint=EVENT_HINT)
+                event = loads_json_bounded(data)
+            except (GpubootError, ValueError):
+                continue  # a half-written event of an interrupted run, or not one at all
+            if isinstance(event, dict):
+                batch.append(event)
         found += sorted(batch, key=lambda e: e.get("counter", 0))
     return found
 

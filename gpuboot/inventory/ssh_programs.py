@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuboot import sshopts
 from gpuboot.errors import ConfigError
+from gpuboot.yamlsafe import read_capped_bytes
 
 # Ansible splits these into words for ssh, scp and sftp (gpuboot's transport: the ssh ones).
 SSH_ARG_VARS = {
@@ -170,15 +171,14 @@ def _read_cfg(path: Path) -> configparser.ConfigParser:
     """The file as Ansible parses it (';' starts a comment), no bigger than a config."""
     where = str(path)
     hint = "fix or move that ansible.cfg (Ansible reads it from ANSIBLE_CONFIG, ./, ~/)"
-    if not path.is_file() or path.stat().st_size > CFG_MAX_BYTES:
-        raise ConfigError(
-            f"Ansible's configuration is not a regular file of at most {CFG_MAX_BYTES} bytes",
-            where=where,
-            hint=hint,
-        )
+    # Ansible follows a linked ansible.cfg: so does this, to the file itself, which is then
+    # read as a regular file only (a FIFO swapped in after the search never blocks) in caps
+    data = read_capped_bytes(
+        os.path.realpath(path), CFG_MAX_BYTES, "Ansible's configuration", hint=hint
+    )
     ini = configparser.ConfigParser(inline_comment_prefixes=(";",), interpolation=None)
     try:
-        ini.read_string(path.read_text(errors="replace"), source=where)
+        ini.read_string(data.decode(errors="replace"), source=where)
     except configparser.Error as exc:
         raise ConfigError(
             f"Ansible's configuration cannot be read: {exc}", where=where, hint=hint

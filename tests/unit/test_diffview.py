@@ -5,6 +5,8 @@ counts; the whole diff in the run directory."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -281,3 +283,32 @@ def test_a_package_unit_says_what_it_does_to_the_unit(res, line):
     data = {"resolved_action": "gpuboot.node.service", "role": "doca_ofed"}
     change = diffview.describe("OFED-014 | PATCH | Run openibd at boot and now", data, res, [])
     assert (change.kind, change.lines) == ("other", (line,))
+
+
+def _within(seconds: float, call):
+    """``call()``'s result, or a failed test when it blocks (a FIFO's open)."""
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("value", call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still reading after {seconds}s"
+    return out["value"]
+
+
+def test_a_fifo_among_the_job_events_is_skipped_not_waited_on(tmp_path):
+    write_events(tmp_path, fleet_events())
+    os.mkfifo(tmp_path / "artifacts" / "job" / "job_events" / "0-planted.json")
+    found = _within(10, lambda: diffview.collect(tmp_path))
+    assert {h: len(c) for h, c in found.items()} == {"node1": 5, "node2": 5, "node3": 5, "node4": 4}
+
+
+def test_an_oversize_or_deeply_nested_event_is_skipped(tmp_path, monkeypatch):
+    write_events(tmp_path, fleet_events())
+    job = tmp_path / "artifacts" / "job" / "job_events"
+    (job / "0-deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    monkeypatch.setattr(diffview, "EVENT_MAX_BYTES", 64 * 1024)
+    huge = {"event": "runner_on_ok", "counter": 0, "event_data": {"host": "node9"}}
+    huge["event_data"]["res"] = {"changed": True, "stdout": "x" * 100_000}
+    (job / "0-huge.json").write_text(json.dumps(huge))
+    found = diffview.collect(tmp_path)
+    assert "node9" not in found and len(found["node1"]) == 5

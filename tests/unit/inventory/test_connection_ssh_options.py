@@ -6,13 +6,14 @@ unless the inventory's gpuboot_allow_ssh_options names it."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from gpuboot import cli
 from gpuboot.errors import ConfigError
-from gpuboot.inventory import load_inventory
+from gpuboot.inventory import load_inventory, ssh_programs
 from gpuboot.inventory.connection import check_connection
 
 INV = Path("/srv/inv/site.yml")
@@ -273,3 +274,42 @@ def test_every_verb_exits_2_before_any_host(verb, guard, tmp_path, monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and guard == [], err
     assert "ANSIBLE_SSH_COMMON_ARGS" in err and "ProxyCommand" in err and "hint:" in err
+
+
+def _within(seconds: float, call):
+    """``call()``'s exception or result, or a failed test when it blocks (a FIFO's open)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = call()
+        except Exception as exc:  # handed back to the test
+            out["value"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still reading after {seconds}s"
+    return out["value"]
+
+
+def test_an_ansible_cfg_linked_to_a_fifo_is_refused_without_waiting(tmp_path, monkeypatch):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "linked.cfg").symlink_to(tmp_path / "fifo")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "linked.cfg"))
+    err = _within(10, lambda: check_connection(INV, "node1", {}))
+    assert isinstance(err, ConfigError) and "is a FIFO" in err.message
+
+
+def test_an_ansible_cfg_longer_than_its_size_says_is_read_no_further_than_the_cap(monkeypatch):
+    """A procfs file says 0 bytes and holds more: the cap is kept while reading."""
+    monkeypatch.setattr(ssh_programs, "CFG_MAX_BYTES", 1024)
+    monkeypatch.setenv("ANSIBLE_CONFIG", "/proc/self/maps")  # several KiB, st_size 0
+    err = refusal({})
+    assert "larger than 1024 bytes" in err.message and "/maps" in err.where
+
+
+def test_an_oversize_ansible_cfg_is_refused(no_ambient_config):
+    (no_ambient_config / "ansible.cfg").write_text("[defaults]\n" + "# pad\n" * 200_000)
+    err = refusal({})
+    assert "larger than" in err.message and "ansible.cfg" in err.where
