@@ -11,7 +11,7 @@ import pytest
 
 from gpuboot import trends
 from gpuboot.bundle.model import ProbeOutput
-from gpuboot.bundle.names import NVLINK_ERRORS_FILE
+from gpuboot.bundle.names import NVLINK_ERRORS_FILE, SMI_Q_FILE
 from gpuboot.errors import ConfigError
 from gpuboot.profiles import load_profile, validate
 from gpuboot.verdict import Status
@@ -131,6 +131,18 @@ def test_a_gpu_block_with_an_unreadable_count_is_not_read_as_zeros():
     s = trends.observe({NVLINK_ERRORS_FILE: ProbeOutput(text, "", 0)})
     assert s.read == {"nvlink@GPU1"}
     assert s.value("nvlink_crc_errors@GPU0 link 4") is None
+
+
+def test_real_nvidia_smi_q_captures_give_pcie_replays_and_aggregate_corrected_ecc():
+    q = FIXTURES / "captures/nvidia_smi_q"
+    h100 = trends.observe(
+        {SMI_Q_FILE: ProbeOutput((q / "h100-hbm3-8gpu-q-535.161.08.txt").read_text(), "", 0)}
+    )
+    assert h100.values["pcie_replays@GPU0"] == 67 and h100.values["pcie_replays@GPU6"] == 82
+    assert h100.value("ecc_corrected@GPU3") == 0  # read, and none corrected
+    a100 = q / "a100-sxm4-80gb-xid63-dram-correctable-177-remap-pending-excerpt.txt"
+    s = trends.observe({SMI_Q_FILE: ProbeOutput(a100.read_text(), "", 0)})
+    assert s.values == {"ecc_corrected@GPU0": 177}  # Aggregate DRAM Correctable 177
 
 
 def test_fewer_scans_than_min_scans_is_not_judged():
