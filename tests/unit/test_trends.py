@@ -145,6 +145,14 @@ def test_real_nvidia_smi_q_captures_give_pcie_replays_and_aggregate_corrected_ec
     assert s.values == {"ecc_corrected@GPU0": 177}  # Aggregate DRAM Correctable 177
 
 
+def test_a_node_reporting_more_counters_than_any_real_one_is_not_kept():
+    many = nvlink_e({(g, i): 1 for g in range(40) for i in range(60)}, gpus=40, links=60)
+    s = trends.observe({NVLINK_ERRORS_FILE: ProbeOutput(many, "", 0)})
+    assert (s.read, s.values) == (frozenset(), {})
+    s.time, s.boot_id = "2026-11-27T08:00:00Z", "b1"
+    assert trends.Window.from_json(window(s).to_json())  # its state still reads back
+
+
 def test_fewer_scans_than_min_scans_is_not_judged():
     w = window(
         sample("2026-11-27T08:00:00Z", "b1", nvlink_e({(1, 5): 100})),
