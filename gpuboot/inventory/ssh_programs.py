@@ -1,8 +1,9 @@
 """ssh, scp and sftp settings that would run a program on the controller (a ProxyCommand,
-a LocalCommand, a config file given with -F, another ssh executable, ...), refused
-wherever Ansible or gpuboot would read them: the inventory (its group_vars too), the
-environment and the ansible.cfg Ansible reads; unless the host's
-``gpuboot_allow_ssh_options`` names them. ProxyJump runs no local program: allowed."""
+a LocalCommand, a config file given with -F, another ssh executable, ...) or let the node
+reach into it (a forwarding, the agent, a log file: sshopts.EFFECTS), refused wherever
+Ansible or gpuboot would read them: the inventory (its group_vars too), the environment and
+the ansible.cfg Ansible reads; unless the host's ``gpuboot_allow_ssh_options`` names them.
+ProxyJump runs no local program: allowed."""
 
 from __future__ import annotations
 
@@ -78,11 +79,10 @@ def check_ssh_options(path: Path, host: str, hostvars: dict[str, Any]) -> None:
                 options = sshopts.read(str(value), reads)
             except sshopts.NotOptions as exc:
                 raise _not_options(where, setting, reads, str(exc)) from None
-            refused, strays = list(options.runs_commands), options.strays
+            refused, strays = list(options.refused), options.strays
         for name in (n for n in refused if n not in allowed):
             raise ConfigError(
-                f"{setting} would run a program on the controller ({name}: {value!r}); "
-                f"it applies to host {host}",
+                f"{setting} {sshopts.effect(name)} ({name}: {value!r}); it applies to host {host}",
                 where=where,
                 hint=_refusal_hint(name),
             )
@@ -116,9 +116,10 @@ def _refusal_hint(name: str) -> str:
         "(no local command) instead",
         "-F": "put the options themselves in the inventory's ansible_ssh_common_args",
         "ssh_executable": "leave the ssh executable unset (ssh from PATH)",
+        "-E": "remove -E: ssh's messages go to its stderr, which the run reports",
     }.get(name, f"remove {name}")
     return (
-        f"{instead}; or, if the controller must run it, allow it by name in the "
+        f"{instead}; or, if the controller must do it, allow it by name in the "
         f"inventory's group_vars/all.yml: {ALLOW_VAR}: [{name}]"
     )
 

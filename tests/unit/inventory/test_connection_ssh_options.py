@@ -313,3 +313,81 @@ def test_an_oversize_ansible_cfg_is_refused(no_ambient_config):
     (no_ambient_config / "ansible.cfg").write_text("[defaults]\n" + "# pad\n" * 200_000)
     err = refusal({})
     assert "larger than" in err.message and "ansible.cfg" in err.where
+
+
+# Options that run nothing but let the node reach into the controller, or write a file there
+# (OpenSSH 9.2's ssh(1) and ssh_config(5)), and the name that allows each.
+REACH_SPELLINGS = [
+    ("-E /etc/cron.d/x", "-E", "log"),
+    ("-vE/home/op/.bashrc", "-E", "log"),
+    ("-R 9000:/var/run/docker.sock", "RemoteForward", "sockets"),
+    ("-o 'RemoteForward 9000 /run/podman/podman.sock'", "RemoteForward", "sockets"),
+    ("-L /tmp/s:localhost:22", "LocalForward", "listen"),
+    ("-o LocalForward=8080:localhost:80", "LocalForward", "listen"),
+    ("-D 1080", "DynamicForward", "SOCKS"),
+    ("-o DynamicForward=1080", "DynamicForward", "SOCKS"),
+    ("-A", "ForwardAgent", "agent"),
+    ("-4A", "ForwardAgent", "agent"),
+    ("-o ForwardAgent=yes", "ForwardAgent", "agent"),
+    ("-o ForwardAgent=/tmp/agent.sock", "ForwardAgent", "agent"),
+    ("-X", "ForwardX11", "X display"),
+    ("-Y", "ForwardX11", "X display"),
+    ("-o ForwardX11Trusted=yes", "ForwardX11", "X display"),
+    ("-w any", "Tunnel", "tun"),
+    ("-o Tunnel=point-to-point", "Tunnel", "tun"),
+    ("-o 'SendEnv=*'", "SendEnv", "environment"),
+    ("-o 'SendEnv AWS_*'", "SendEnv", "environment"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "says"), REACH_SPELLINGS, ids=[s for s, *_ in REACH_SPELLINGS]
+)
+def test_an_option_that_reaches_into_the_controller_is_refused(args, name, says):
+    err = refusal({"ansible_ssh_common_args": args})
+    assert err.where == f"{INV}: node1.ansible_ssh_common_args"
+    assert f"({name}:" in err.message and says in err.message and "controller" in err.message
+    assert f"gpuboot_allow_ssh_options: [{name}]" in (err.hint or "")
+    check_connection(
+        INV, "node1", {"ansible_ssh_common_args": args, ssh_programs.ALLOW_VAR: [name]}
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "-o ForwardAgent=no",
+        "-o 'ForwardAgent No'",
+        "-o ForwardX11=no -a -x",
+        "-o Tunnel=no",
+        "-o UserKnownHostsFile=/dev/null -o ControlPath=/tmp/cp-%C -S /tmp/cp-%C",
+        "-o IdentityFile=~/.ssh/id_ed25519 -o IdentityAgent=none -y",
+    ],
+)
+def test_an_option_turned_off_or_reading_the_operator_s_files_is_accepted(args):
+    check_connection(INV, "node1", {"ansible_ssh_common_args": args})
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "-J 'a$(touch /tmp/x)@jump'",
+        "-J 'ops@jump;touch /tmp/x'",
+        "-o 'ProxyJump=a$(id)@jump'",
+        "-o 'ProxyJump ssh://ops@jump|id'",
+        "-J 'jump,b`id`@jump2'",
+        "-4J 'a&&id@jump'",
+    ],
+)
+def test_a_jump_host_with_shell_characters_is_refused(args):
+    """ssh 9.2 builds the jump's command with its user and host unquoted and runs it with
+    the user's shell: `ssh -J 'a$(touch /tmp/x)@jump' node` creates /tmp/x."""
+    err = refusal({"ansible_ssh_common_args": args})
+    assert "is not [user@]host[:port]" in err.message and "ProxyJump" in err.message
+
+
+@pytest.mark.parametrize(
+    "args", ["-J ops@jump.example.internal:2222", "-J ssh://ops@jump,jump2", "-o ProxyJump=none"]
+)
+def test_a_plain_jump_host_is_accepted(args):
+    check_connection(INV, "node1", {"ansible_ssh_common_args": args})
