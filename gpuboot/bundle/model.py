@@ -14,6 +14,9 @@ MAX_NODE_BYTES = 256 * 1024 * 1024  # all of a node's files together
 MAX_STDERR_KEPT = 64 * 1024  # a probe's stderr is read for its first line only
 MAX_META_BYTES = 16 * 1024 * 1024  # meta.json (per-file rc/stderr included)
 MAX_PROFILE_BYTES = 1024 * 1024  # a host's own SKU profile
+# Files in one host directory: a certify run keeps about 60; reading a million empty ones
+# would hold evaluate for minutes per host, and their names alone cost memory.
+MAX_HOST_FILES = 4096
 
 
 class BundleError(GpubootError):

@@ -4,6 +4,7 @@ never following a link nor blocking on a FIFO or device."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import stat
@@ -13,6 +14,7 @@ from typing import Any
 from gpuboot import paths
 from gpuboot.bundle.model import (
     MAX_FILE_BYTES,
+    MAX_HOST_FILES,
     MAX_META_BYTES,
     MAX_NODE_BYTES,
     BundleError,
@@ -111,9 +113,16 @@ def read_host_files(host_dir: Path) -> dict[str, bytes]:
     try:
         if not stat.S_ISDIR(os.lstat(host_dir).st_mode):
             raise BundleError("host directory is a link or not a directory", where=str(host_dir))
-        names = sorted(os.listdir(host_dir))
+        with os.scandir(host_dir) as entries:
+            names = sorted(itertools.islice((e.name for e in entries), MAX_HOST_FILES + 1))
     except OSError as exc:
         raise BundleError(f"cannot list ({exc.strerror})", where=str(host_dir)) from None
+    if len(names) > MAX_HOST_FILES:
+        raise BundleError(
+            f"the host directory holds more than {MAX_HOST_FILES} files: not a host's evidence",
+            where=str(host_dir),
+            hint="a bundle holds the files one run collected; re-run certify for fresh evidence",
+        )
     files: dict[str, bytes] = {}
     total = 0
     for name in names:

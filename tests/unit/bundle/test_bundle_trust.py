@@ -388,3 +388,15 @@ def test_the_allow_list_holds_every_variable_the_rules_read():
     wanted = _rule_vars()
     assert {"nvidia_driver_version", "kernel_packages", "nvidia_mig_layout"} <= wanted
     assert wanted <= BUNDLE_VARS, wanted - BUNDLE_VARS
+
+
+def test_a_host_directory_of_too_many_files_is_refused_before_any_is_read(tmp_path, monkeypatch):
+    """A handed-in bundle's host of a million empty files held evaluate for minutes."""
+    monkeypatch.setattr(store, "MAX_HOST_FILES", 50)
+    host = tmp_path / "bundle" / "n1"
+    write_host_bundle(host, {f"f{i}.txt": ProbeOutput("", "", 0) for i in range(50)}, {})
+    read_calls = []
+    monkeypatch.setattr(store, "read_file_capped", lambda p, cap=None: read_calls.append(p))
+    with pytest.raises(store.BundleError, match="more than 50 files"):
+        read_host_bundle(host)
+    assert read_calls == []
