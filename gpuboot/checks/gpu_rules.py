@@ -25,6 +25,7 @@ from gpuboot.checks.smi import (
     gpu_table,
     lost_gpus,
     query_file,
+    seen_or_incomplete,
     smi_q,
 )
 from gpuboot.checks.stack_rules import driver_daemon_problems, installed_packages
@@ -33,6 +34,7 @@ from gpuboot.evidence._common import to_int
 from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.kernel_log import parse_kernel_log
 from gpuboot.evidence.mig import parse_mig_lgi
+from gpuboot.evidence.nvidia_smi_q import NvidiaSmiQ
 from gpuboot.evidence.nvidia_smi_table import NO_DEVICES, NO_DRIVER, NOT_FOUND, SmiTable
 from gpuboot.stacks.versions import upstream_of
 
@@ -189,8 +191,9 @@ def _visible_gpus(evidence: Evidence) -> tuple[list[tuple[str, str | None]] | st
     if forms_in(evidence, "smi_q"):
         q = smi_q(evidence)
         views.append([(str(i), g.product_name) for i, g in enumerate(q.gpus)])
-        q_lost = sum(o.stdout.count(LOST_TEXT) for _n, _f, o in forms_in(evidence, "smi_q"))
-        counts.append((Q_FILE, len(q.gpus) + q_lost))
+        if q.asked is None:  # a `-i` run shows the GPUs it asked for: it does not count them
+            q_lost = sum(o.stdout.count(LOST_TEXT) for _n, _f, o in forms_in(evidence, "smi_q"))
+            counts.append((Q_FILE, len(q.gpus) + q_lost))
     if not views:
         raise MissingEvidence("neither --query-gpu nor -q was collected", where=QUERY_FILE)
     agree("nvidia-smi GPU list", counts)
@@ -242,7 +245,7 @@ def check_pci_ids(evidence: Evidence, ctx: NodeContext) -> str | None:
 
 def _pcie_rows(
     evidence: Evidence,
-) -> list[tuple[str, int | None, int | None, int | None, int | None]]:
+) -> tuple[list[tuple[str, int | None, int | None, int | None, int | None]], NvidiaSmiQ | None]:
     """(gpu, gen_cur, gen_max, width_cur, width_max) from --query-gpu, else from -q. Where
     both are held, -q must be complete too and agree on each GPU's maximum link (the
     current one moves with load): a cut or contradicting -q is no PASS."""
@@ -259,28 +262,30 @@ def _pcie_rows(
                 )
                 for i, r in enumerate(rows)
             ]
+            q = None
             if forms_in(evidence, "smi_q"):
-                try:
-                    q = smi_q(evidence, "pci").gpus
+                try:  # a cut -q is no PASS either: its gap is judged after the csv's faults
+                    q = smi_q(evidence, "pci", partial=True)
                 except MissingEvidence:  # no -q form with the PCI section: nothing to compare
                     q = None
-                if q is not None and len(q) == len(csv):
+                if q is not None and len(q.gpus) == len(csv):
                     agree(
                         "nvidia-smi PCIe link maximum",
                         [
                             (query_file(evidence), [(r[2], r[4]) for r in csv]),
-                            (Q_FILE, [(g.pcie_gen_max, g.pcie_width_max) for g in q]),
+                            (Q_FILE, [(g.pcie_gen_max, g.pcie_width_max) for g in q.gpus]),
                         ],
                     )
-            return csv
+            return csv, q
     if not forms_in(evidence, "smi_q") and forms_in(evidence, "kernel_log"):
-        return []  # a kernel-log-only bundle: judge the "limited by" notices alone
+        return [], None  # a kernel-log-only bundle: judge the "limited by" notices alone
     if not forms_in(evidence, "smi_q"):
         raise MissingEvidence("neither --query-gpu nor -q was collected", where=QUERY_FILE)
+    q = smi_q(evidence, "pci", partial=True)  # the caller judges its gap after its faults
     return [
         (_name(g, i), g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max)
-        for i, g in enumerate(smi_q(evidence, "pci").gpus)
-    ]
+        for i, g in enumerate(q.gpus)
+    ], q
 
 
 def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
@@ -290,7 +295,8 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
     sku_gen = int(ctx.hardware["gpu"]["pcie"]["gen_max"])
     sku_width = int(ctx.hardware["gpu"]["pcie"]["width_max"])
     problems, idle = [], []
-    for gpu, gen_cur, gen_max, w_cur, w_max in _pcie_rows(evidence):
+    rows, q = _pcie_rows(evidence)
+    for gpu, gen_cur, gen_max, w_cur, w_max in rows:
         if gen_max is not None and gen_max < sku_gen:
             problems.append(f"{gpu} link max Gen{gen_max}, SKU is Gen{sku_gen}")
         if w_max is not None and w_max < sku_width:
@@ -306,8 +312,8 @@ def check_pcie_link(evidence: Evidence, ctx: NodeContext) -> str | Result | None
                 f"{lim.limiting_device} ({lim.limited_by_gts:g} GT/s x{lim.limited_width}, "
                 f"capable of {lim.capable_gbits_s:g} Gb/s)"
             )
-    if problems:
-        return "; ".join(problems)
+    if problems or (q is not None and q.incomplete):
+        return seen_or_incomplete(problems, q)  # a lane lost is seen even in a cut -q
     if idle:
         return Result(
             PASS,
@@ -330,17 +336,18 @@ CSV_FIELDS = {
 }
 
 
-def _gpus(evidence: Evidence, need: str) -> list[tuple[str, dict]]:
-    """(label, facts) per GPU for one -q section: from -q (text/XML, any -q -d) where a form
-    holds it, else from the --query-gpu csv's fields of that section."""
+def _gpus(evidence: Evidence, need: str) -> tuple[list[tuple[str, dict]], NvidiaSmiQ | None]:
+    """((label, facts) per GPU, the -q read) for one -q section: from -q (text/XML, any -q -d)
+    where a form holds it, else from the --query-gpu csv's fields of that section. A -q that
+    is incomplete is read too: its GPUs' faults count (seen_or_incomplete)."""
     rows = _csv_rows(evidence, need)  # read whenever held: an unreadable form is ERROR
     try:
-        q = smi_q(evidence, need)
+        q = smi_q(evidence, need, partial=True)
     except MissingEvidence:
         if rows is None:
             raise
         return [(f"GPU {r.text('index') if 'index' in r.values else i}", _csv_facts(r, need))
-                for i, r in enumerate(rows)]  # fmt: skip
+                for i, r in enumerate(rows)], None  # fmt: skip
     facts = [(_name(g, i), _q_facts(g, need)) for i, g in enumerate(q.gpus)]
     # both forms held: they must say the same of each GPU (clocks move from one run to the
     # next, so only ECC and remapping are compared)
@@ -352,7 +359,7 @@ def _gpus(evidence: Evidence, need: str) -> list[tuple[str, dict]]:
                 (Q_FILE, [f for _n, f in facts]),
             ],
         )
-    return facts
+    return facts, q
 
 
 def _csv_rows(evidence: Evidence, need: str):
@@ -399,38 +406,50 @@ def _csv_facts(r, need: str) -> dict:
     return {"thermal": active, "temp": r.as_float("temperature.gpu")}
 
 
-def check_ecc(evidence: Evidence, ctx: NodeContext) -> str | None:
+def _judged(problems: list[str], q: NvidiaSmiQ | None) -> str | Result | None:
+    """FAIL on a fault seen (even in an incomplete -q), ERROR for an incomplete one showing
+    none; a complete `-i` run passes on the GPUs it was asked for, and says so."""
+    out = seen_or_incomplete(problems, q)
+    if out is None and q is not None and q.asked is not None:
+        return Result(PASS, f"no fault on the {len(q.gpus)} GPU(s) the -i run asked for")
+    return out
+
+
+def check_ecc(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     problems = []
-    for name, f in _gpus(evidence, "ecc"):
+    gpus, q = _gpus(evidence, "ecc")
+    for name, f in gpus:
         if f["ecc_off"]:
             problems.append(f"{name} ECC mode disabled")
         if f["unc"]:
             problems.append(f"{name} {f['unc']} uncorrectable ECC error(s) since reset")
-    return "; ".join(problems) or None
+    return _judged(problems, q)
 
 
-def check_remap_pending(evidence: Evidence, ctx: NodeContext) -> str | None:
+def check_remap_pending(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     problems = []
-    for name, f in _gpus(evidence, "remap"):
+    gpus, q = _gpus(evidence, "remap")
+    for name, f in gpus:
         if f["pending"]:
             problems.append(f"{name} row remap pending (GPU reset needed to apply it)")
         if f["retire_pending"]:
             problems.append(f"{name} page retirement pending (GPU reset needed)")
-    return "; ".join(problems) or None
+    return _judged(problems, q)
 
 
-def check_remap_failure(evidence: Evidence, ctx: NodeContext) -> str | None:
-    bad = [f"{name} row remapping failure" for name, f in _gpus(evidence, "remap") if f["failure"]]
-    return "; ".join(bad) or None
+def check_remap_failure(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
+    gpus, q = _gpus(evidence, "remap")
+    return _judged([f"{name} row remapping failure" for name, f in gpus if f["failure"]], q)
 
 
-def check_throttle(evidence: Evidence, ctx: NodeContext) -> str | None:
+def check_throttle(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     problems = []
-    for name, f in _gpus(evidence, "clocks"):
+    gpus, q = _gpus(evidence, "clocks")
+    for name, f in gpus:
         if f["thermal"]:
             temp = f" at {f['temp']:g} C" if f["temp"] is not None else ""
             problems.append(f"{name} {', '.join(f['thermal'])} active{temp}")
-    return "; ".join(problems) or None
+    return _judged(problems, q)
 
 
 def check_mig_layout(evidence: Evidence, ctx: NodeContext) -> str | Result | None:

@@ -4,6 +4,7 @@ the node's own count of its GPUs, against which every per-GPU listing must be co
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.bundle.names import QUERY_GPU_FILE, SMI_Q_FILE
@@ -160,14 +161,16 @@ def _view(q: NvidiaSmiQ, need: str) -> dict[str, tuple]:
     return {g.bus_id.lower().lstrip("0"): one(g) for g in q.gpus}
 
 
-def smi_q(evidence: Evidence, need: str | None = None) -> NvidiaSmiQ:
+def smi_q(evidence: Evidence, need: str | None = None, partial: bool = False) -> NvidiaSmiQ:
     """The parsed ``nvidia-smi -q`` in whichever forms the node's evidence holds (text, XML
     ``-q -x``, ``-q -d SECTION``, ``-a``); with ``need`` (a SECTIONS key) only forms holding
     that section count, and where two do they must agree on what the rule reads, else ERROR
-    ("evidence disagrees", naming both files). Each form must be complete: a run that printed
-    no GPU, lists fewer GPUs than its own header counts, or whose last GPU block stops short
-    of the sections the others end with (cut output) is a harness ERROR (GPU-001/STK-001
-    judge the node for a missing driver)."""
+    ("evidence disagrees", naming both files). Each form must be complete against what was
+    asked: every attached GPU, or the GPUs a `-i`/`--id` run names in its file name
+    (``nvidia-smi_-q_-i_0.txt``); a run that printed no GPU is unreadable. A run listing fewer
+    GPUs than that, or whose last GPU block stops short of the sections the others end with
+    (cut output), is a harness ERROR; with ``partial`` it is returned with ``incomplete`` set,
+    for a rule that FAILs on a fault its GPUs show before it says the rest was not read."""
     found = forms_in(evidence, "smi_q")
     if not found:
         raise MissingEvidence(f"probe {SMI_Q_FILE} was not collected", where=SMI_Q_FILE)
@@ -188,7 +191,10 @@ def smi_q(evidence: Evidence, need: str | None = None) -> NvidiaSmiQ:
             )
         if len(views) > 1:
             agree("nvidia-smi -q", [(n, _view(q, need)) for n, q in views])
-    return views[0][1]
+    name, q = views[0]
+    if q.incomplete and not partial:
+        raise incomplete(q.incomplete, name)
+    return q
 
 
 def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
@@ -207,9 +213,19 @@ def _one_q(name: str, form: str, out: ProbeOutput) -> NvidiaSmiQ:
         raise ProbeFailed(why, where=name) from None
     if not q.gpus:
         raise ProbeFailed(smi_failure(out) or "nvidia-smi -q listed no GPU", where=name)
-    if not q.elided:  # an author's excerpt ("[...]") says itself what it left out
-        _q_complete(q, lost)
-    return q
+    asked = asked_gpus(name)
+    gap = None if q.elided else _q_gap(q, lost, asked)  # an excerpt says what it left out
+    return replace(q, incomplete=gap, asked=asked) if gap or asked else q
+
+
+# `nvidia-smi -q -i 0,1` / `--id=0`: the run shows the GPUs it was asked for
+_ASKED = re.compile(r"_(?:-i_|--id=|--id_)([^_]+)")
+
+
+def asked_gpus(name: str) -> int | None:
+    """How many GPUs a `-i`/`--id` run names in its file name (None: not such a run)."""
+    m = _ASKED.search(name)
+    return m.group(1).count(",") + 1 if m else None
 
 
 def lost_gpus(evidence: Evidence) -> dict[str, tuple[str, str, str]]:
@@ -234,21 +250,35 @@ def _bus(bus: str) -> str:
     return f"{int(dom or '0', 16):04x}:{rest}:{tail}" if rest else bus.lower()
 
 
-def _q_complete(q: NvidiaSmiQ, lost: int) -> None:
+def _q_gap(q: NvidiaSmiQ, lost: int, asked: int | None) -> str | None:
+    """What the run lacks against what was asked (None: nothing). A `-i` run prints the
+    node's Attached GPUs count and the GPUs asked for: judged against those. A full run cut
+    exactly between two GPU blocks is still short of its header's count."""
     if q.attached_gpus is None:
-        raise incomplete("nvidia-smi -q has no 'Attached GPUs' header", SMI_Q_FILE)
-    if len(q.gpus) + lost < q.attached_gpus:
-        raise incomplete(
-            f"nvidia-smi -q lists {len(q.gpus) + lost} of its {q.attached_gpus} attached GPUs",
-            SMI_Q_FILE,
-        )
+        return "nvidia-smi -q has no 'Attached GPUs' header"
+    shown = len(q.gpus) + lost
+    if asked is not None and shown < asked:
+        return f"nvidia-smi -q lists {shown} of the {asked} GPU(s) its -i asked for"
+    if asked is None and shown < q.attached_gpus:
+        return f"nvidia-smi -q lists {shown} of its {q.attached_gpus} attached GPUs"
     first, last = _last_section(q.gpus[0].fields), _last_section(q.gpus[-1].fields)
     if first != last:
-        raise incomplete(
+        return (
             f"nvidia-smi -q stops inside GPU {q.gpus[-1].bus_id} (its block ends at "
-            f"{last!r}, the first GPU's at {first!r})",
-            SMI_Q_FILE,
+            f"{last!r}, the first GPU's at {first!r})"
         )
+    return None
+
+
+def seen_or_incomplete(problems: list[str], q: NvidiaSmiQ | None, where: str = SMI_Q_FILE):
+    """A rule's answer from what it read of -q: the faults its GPUs show (FAIL, saying what
+    was not read), else ERROR when the run is incomplete (never PASS), else None (PASS)."""
+    gap = q.incomplete if q is not None else None
+    if problems:
+        return "; ".join(problems) + (f" (the rest not read: {gap})" if gap else "")
+    if gap:
+        raise incomplete(gap, where)
+    return None
 
 
 def _last_section(fields: dict[str, str | None]) -> str | None:

@@ -119,6 +119,10 @@ class NvidiaSmiQ:
     timestamp: str | None
     gpus: tuple[GpuInfo, ...]
     elided: bool = False
+    # what the output lacks against what was asked (set by the rules' completeness check,
+    # gpuboot.checks.smi, never by the parser): its GPUs are read, a fault they show counts
+    incomplete: str | None = None
+    asked: int | None = None  # GPUs a `-i`/`--id` run asked for (None: all attached)
 
 
 # ---------------------------------------------------------------- text format
