@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import re
 import shlex
 import tarfile
 from collections.abc import Sequence
@@ -174,7 +175,8 @@ def ended_short(name: str, size: int, trailer: str | None) -> str:
     """Why ``name``'s ``size`` bytes are not the whole output its .rc trailer says the node
     wrote ("" when they are): no trailer, no byte count in it, or another count."""
     fields = (trailer or "").split()
-    if len(fields) != 2 or not fields[1].isdigit():
+    # ASCII digits, a file's size at most: a node's 5,000-digit count is no count either
+    if len(fields) != 2 or not re.fullmatch(r"[0-9]{1,15}", fields[1]):
         return f"{name}: truncated: no end marker (the node's collection did not finish it)"
     if int(fields[1]) != size:
         return f"{name}: truncated: {size} bytes received of the {fields[1]} the node wrote"

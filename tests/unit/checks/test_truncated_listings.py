@@ -143,3 +143,11 @@ def test_a_cut_rpm_listing_is_error_for_the_package_rules(kept):
     for rule in ("STK-001", "STK-002"):
         finding = _judge(evidence, meta)[rule]
         assert finding.status == "ERROR" and f"{RPM_FILE}: truncated" in finding.reason
+
+
+@pytest.mark.parametrize("count", ["9" * 5000, "٣٣", "-1", "1e3", "0x20", "31 extra"])
+def test_a_node_s_trailer_that_is_no_byte_count_is_no_end_marker(count):
+    """A hostile node's trailer: never a traceback, never a count it did not write."""
+    body = RPM_CAPTURE.read_text()
+    out = unpack(_answer({RPM_FILE: body, RPM_FILE + ".rc": f"0 {count}\n"}), EL_PACKAGE_PROBES)
+    assert "no end marker" in out[RPM_FILE].incomplete
