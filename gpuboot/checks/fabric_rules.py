@@ -27,7 +27,7 @@ from gpuboot.checks.base import (
     probe,
     tool_failure,
 )
-from gpuboot.checks.smi import gpu_inventory, incomplete
+from gpuboot.checks.smi import gpu_inventory, incomplete, seen_or_unread
 from gpuboot.checks.stack_rules import required_modules  # components.yaml's modules
 from gpuboot.evidence.forms import parser_of
 from gpuboot.evidence.mlnx_qos import MlnxQos, parse_mlnx_qos, unreadable
@@ -77,18 +77,19 @@ def _link_view(kind: str, g) -> tuple[int, ...]:
     return tuple(sorted(link for link, c in g.counters.items() if any(c.values())))
 
 
-def _covers_every_gpu(evidence: Evidence, name: str, listed: int) -> None:
-    """A per-GPU listing must cover every GPU the node counts (lost ones included)."""
+def _covers_every_gpu(evidence: Evidence, name: str, listed: int) -> str | None:
+    """What a per-GPU listing lacks against every GPU the node counts (lost ones included)."""
     have = gpu_inventory(evidence)
     if have is not None and listed < have:
-        raise incomplete(f"{name} lists {listed} of the node's {have} GPUs", name)
+        return f"{name} lists {listed} of the node's {have} GPUs"
+    return None
 
 
 def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
     name, status = _nvlink(evidence, "nvlink_s")
-    _covers_every_gpu(evidence, name, len(status.gpus) + len(status.lost))
+    gaps = [_covers_every_gpu(evidence, name, len(status.gpus) + len(status.lost))]
     want = expected_links(ctx)
     speed = float(ctx.hardware["nvlink"]["link_speed_gbps"])
     problems = [f"GPU {bus} lost: its NVLinks cannot be read" for bus in status.lost]
@@ -105,10 +106,7 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
         # nvidia-smi lists every link of a GPU, inactive ones too: one not listed is cut off
         missing = [] if status.elided else [i for i in want if i not in links]
         if missing:
-            raise incomplete(
-                f"{name} lists no state for GPU {g.index} link(s) {','.join(map(str, missing))}",
-                name,
-            )
+            gaps.append(f"no state for GPU {g.index} link(s) {','.join(map(str, missing))}")
         slow = [
             f"{lk.link} at {lk.speed_gbytes_s:g}"
             for lk in g.links
@@ -118,8 +116,9 @@ def check_nvlink_links(evidence: Evidence, ctx: NodeContext) -> str | Result | N
             problems.append(f"GPU {g.index}: link(s) {','.join(map(str, down))} inactive")
         if slow:
             problems.append(f"GPU {g.index}: link(s) {', '.join(slow)} GB/s, want {speed:g}")
-    if problems:
-        return "; ".join(problems)
+    gap = "; ".join(g for g in gaps if g) or None
+    if problems or gap:  # a link down is seen even in a listing cut short
+        return seen_or_unread(problems, gap, name)
     note = f"{len(want)} link(s) per GPU up at {speed:g} GB/s"
     if mig:
         note += f"; GPU {','.join(map(str, mig))} in MIG mode (NVLink not queryable, unused)"
@@ -130,9 +129,9 @@ def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | 
     if int(ctx.hardware["nvlink"]["links_per_gpu"]) == 0:
         return not_applicable("no NVLink on this SKU")
     name, errors = _nvlink(evidence, "nvlink_e")
-    _covers_every_gpu(evidence, name, len(errors.gpus) + len(errors.lost))
+    gaps = [_covers_every_gpu(evidence, name, len(errors.gpus) + len(errors.lost))]
     if not errors.elided:
-        _counters_complete(errors)
+        gaps.append(_counters_cut(errors))
     bad = [f"GPU {bus} lost: its error counters cannot be read" for bus in errors.lost]
     for g in errors.gpus:
         for link, counters in sorted(g.counters.items()):
@@ -140,22 +139,21 @@ def check_nvlink_errors(evidence: Evidence, ctx: NodeContext) -> str | Result | 
             if nonzero:
                 text = ", ".join(f"{k}={v}" for k, v in sorted(nonzero.items()))
                 bad.append(f"GPU {g.index} link {link}: {text}")
-    return "; ".join(bad) or None
+    return seen_or_unread(bad, "; ".join(g for g in gaps if g) or None, name)
 
 
-def _counters_complete(errors: NvlinkErrors) -> None:
+def _counters_cut(errors: NvlinkErrors) -> str | None:
     """Every GPU block lists the same links and counters as the first: nvidia-smi prints
     them all for each GPU, so a block with fewer (or none and no message) was cut off."""
     blocks = [g for g in errors.gpus if g.counters or not g.messages]
     if not blocks:
-        return
+        return None
     want = {link: set(c) for link, c in blocks[0].counters.items()}
     for g in blocks:
         got = {link: set(c) for link, c in g.counters.items()}
         if not want or got != want:
-            raise incomplete(
-                f"{NVLINK_ERRORS_FILE} stops inside GPU {g.index}'s counters", NVLINK_ERRORS_FILE
-            )
+            return f"{NVLINK_ERRORS_FILE} stops inside GPU {g.index}'s counters"
+    return None
 
 
 def _needs_ofed(ctx: NodeContext) -> str | None:

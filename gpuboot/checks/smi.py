@@ -271,9 +271,14 @@ def _q_gap(q: NvidiaSmiQ, lost: int, asked: int | None) -> str | None:
 
 
 def seen_or_incomplete(problems: list[str], q: NvidiaSmiQ | None, where: str = SMI_Q_FILE):
-    """A rule's answer from what it read of -q: the faults its GPUs show (FAIL, saying what
-    was not read), else ERROR when the run is incomplete (never PASS), else None (PASS)."""
-    gap = q.incomplete if q is not None else None
+    """A rule's answer from what it read of -q (see seen_or_unread)."""
+    return seen_or_unread(problems, q.incomplete if q is not None else None, where)
+
+
+def seen_or_unread(problems: list[str], gap: str | None, where: str) -> str | None:
+    """The house order, FAIL seen > ERROR unreadable > PASS: the faults the readable part
+    shows (FAIL, saying what was not read), else ERROR when the evidence is incomplete, else
+    None (PASS)."""
     if problems:
         return "; ".join(problems) + (f" (the rest not read: {gap})" if gap else "")
     if gap:
