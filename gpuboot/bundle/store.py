@@ -175,7 +175,8 @@ def cut_short(name: str, data: bytes, info: dict[str, Any], collected: bool) -> 
     bundle has no end markers: hand-collected). ``collected``: gpuboot's collection
     produced the file (meta.json "commands"), so its end marker must be there."""
     if info.get("incomplete"):
-        return info["incomplete"]
+        why = info["incomplete"][:300]  # every rule reading the file repeats it
+        return why if why.startswith(f"{name}: ") else f"{name}: {why}"
     if "bytes" in info:
         # shorter only: a longer file was edited, not cut (MANIFEST.json says which changed)
         if len(data) < info["bytes"]:

@@ -198,7 +198,7 @@ def tool_failure(name: str, out: ProbeOutput) -> str | None:
         return f"{name}: timed out"
     text = (out.stderr + "\n" + out.stdout).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return f"{name}: exit {out.rc}: {first}"
+    return f"{name}: exit {out.rc}: {first[:200]}"  # every rule reading the file repeats it
 
 
 # Exit codes that are the tool's answer, not a failure to measure: each tool's documented

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.names import RPM_FILE
 from gpuboot.bundle.store import read_host_bundle, write_host_bundle
 from gpuboot.checks import rules
+from gpuboot.checks.base import tool_failure
 from gpuboot.collect import unpack
 from gpuboot.node_collect import EL_PACKAGE_PROBES
 from gpuboot.profiles import load_profile
@@ -151,3 +154,18 @@ def test_a_node_s_trailer_that_is_no_byte_count_is_no_end_marker(count):
     body = RPM_CAPTURE.read_text()
     out = unpack(_answer({RPM_FILE: body, RPM_FILE + ".rc": f"0 {count}\n"}), EL_PACKAGE_PROBES)
     assert "no end marker" in out[RPM_FILE].incomplete
+
+
+def test_a_bundle_s_reason_is_kept_short_and_names_its_file(kept):
+    """Every rule reading the file repeats it: a 1 MB reason would be 30 MB of report."""
+    meta = kept / "meta.json"
+    doc = json.loads(meta.read_text())
+    doc["outputs"]["lsmod.txt"] = {"rc": 0, "stderr": "", "incomplete": "x" * 1_000_000}
+    meta.write_text(json.dumps(doc))
+    why = read_host_bundle(kept)[0]["lsmod.txt"].incomplete
+    assert why.startswith("lsmod.txt: ") and len(why) < 400
+
+
+def test_a_failed_probe_s_reason_is_kept_short():
+    out = ProbeOutput("y" * 1_000_000, "", 2)
+    assert len(tool_failure("lsmod.txt", out)) < 300
