@@ -391,3 +391,12 @@ def test_a_jump_host_with_shell_characters_is_refused(args):
 )
 def test_a_plain_jump_host_is_accepted(args):
     check_connection(INV, "node1", {"ansible_ssh_common_args": args})
+
+
+@pytest.mark.parametrize("verb", ["install", "plan", "certify", "scan"])
+def test_every_verb_refuses_a_shell_in_a_jump_host_before_any_host(verb, guard, tmp_path, capsys):
+    site = _site(tmp_path / "inv", "ansible_ssh_common_args: \"-J 'ops$(touch /tmp/x)@jump'\"\n")
+    code = cli.main([verb, "-i", str(site)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and guard == [], err
+    assert "ansible_ssh_common_args" in err and "ProxyJump" in err and "hint:" in err
