@@ -577,7 +577,7 @@ def _figures(node: NodeReport) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for m in node.measurements:
         value = m.get("value")
-        if m.get("kind") == "counter":  # a counter (NIC-005): its growth is in ``counters``
+        if m.get("kind") == "counter":  # a counter (ethtool -S): its growth is in ``counters``
             continue
         if isinstance(value, int | float) and not isinstance(value, bool):
             out.setdefault(str(m.get("name")), [value, m.get("unit"), m.get("fail_below")])

@@ -4,9 +4,10 @@ earlier scans while still inside the band.
 
 Each scan observes one node's counters (:func:`observe`): NVLink CRC / replay / recovery per
 GPU link (``nvidia-smi nvlink -e``), corrected ECC errors and PCIe replays per GPU
-(``nvidia-smi -q``), and the RoCE counters NIC-005 records per rail interface (``ethtool -S``:
-pause frames, out-of-buffer). The history folds them into a :class:`Window` per node: the
-samples of the node's current boot, thinned to at most MAX_SAMPLES. A counter's rate is its
+(``nvidia-smi -q``), and the RoCE counters the node report measures per rail interface
+(``ethtool -S``: pause frames, out-of-buffer). The history folds them into a
+:class:`Window` per node: the samples of the node's current boot, thinned to at most
+MAX_SAMPLES. A counter's rate is its
 growth from the oldest sample of the SKU's window (the profile's ``trends.window_hours``)
 that shows no reset since, to this scan, per hour. A reset is not growth: a new boot id
 starts the window afresh (a scan without a boot id is a window of its own: growth never rests
@@ -38,7 +39,7 @@ from gpuboot.report._util import parse_iso
 from gpuboot.verdict import Status
 
 # counter -> (rule, words an operator reads). Names are the profile's keys under
-# trends.rates; the RoCE ones are NIC-005's canonical counter names (H6-H7 contract).
+# trends.rates; the RoCE ones are the canonical names of the report's ``ethtool -S`` counters.
 COUNTERS: dict[str, tuple[str, str]] = {
     "nvlink_crc_errors": ("TRD-001", "NVLink CRC errors"),
     "nvlink_replay_errors": ("TRD-001", "NVLink replay errors"),
@@ -139,7 +140,7 @@ class Sample:
 
 def group_of(cid: str) -> str:
     """The group a counter is read with: the GPU's NVLink block, the GPU's ``-q`` section.
-    A RoCE counter is its own group: NIC-005 records each one it read, 0 included."""
+    A RoCE counter is its own group: the report measures each one it read, 0 included."""
     counter, _, where = cid.partition("@")
     if counter.startswith("nvlink_"):
         return f"nvlink@{where.split(' link ')[0]}"

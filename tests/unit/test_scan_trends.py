@@ -100,7 +100,7 @@ def test_a_compacted_window_that_is_not_one_is_a_bad_line(scans, tmp_path):
 
 
 def test_a_counter_measurement_is_no_figure_of_the_trend_page(scans, tmp_path):
-    counter = {"rule": "NIC-005", "kind": "counter", "device": "eth2",
+    counter = {"kind": "counter", "device": "eth2",
                "counter": "rx_pause_frames", "value": 7, "unit": "frames"}  # fmt: skip
     scans("b1", 0, measured=counter)
     rec = json.loads((tmp_path / "h.jsonl").read_text().splitlines()[-1])

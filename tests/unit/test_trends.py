@@ -172,10 +172,9 @@ def test_growth_older_than_the_window_no_longer_counts():
     assert by_rule(trends.judge(w, H100), "TRD-001").status == Status.PASS
 
 
-def test_roce_counters_come_from_nic_005_measurements():
+def test_roce_counters_come_from_the_reports_counter_measurements():
     m = [
         {
-            "rule": "NIC-005",
             "kind": "counter",
             "device": "eth2",
             "counter": "rx_out_of_buffer",
