@@ -5,14 +5,13 @@ earlier scans while still inside the band.
 Each scan observes one node's counters (:func:`observe`): NVLink CRC / replay / recovery per
 GPU link (``nvidia-smi nvlink -e``), corrected ECC errors and PCIe replays per GPU
 (``nvidia-smi -q``), and the RoCE counters the node report measures per rail interface
-(``ethtool -S``: pause frames, out-of-buffer). The history folds them into a
-:class:`Window` per node: the samples of the node's current boot, thinned to at most
-MAX_SAMPLES. A counter's rate is its
-growth from the oldest sample of the SKU's window (the profile's ``trends.window_hours``)
-that shows no reset since, to this scan, per hour. A reset is not growth: a new boot id
-starts the window afresh (a scan without a boot id is a window of its own: growth never rests
-on a guess), and so does a counter that went down (a driver reload, a GPU reset, a part
-swapped). A counter not read at a scan is unknown there, never zero.
+(``ethtool -S``: pause frames, out-of-buffer). The history folds them into a :class:`Window`
+per node: the samples of the node's current boot, thinned to at most MAX_SAMPLES. A
+counter's rate is its growth from the oldest sample of the SKU's window (the profile's
+``trends.window_hours``) that shows no reset since, to this scan, per hour. A reset is not
+growth: a new boot id starts the window afresh (a scan without a boot id is a window of its
+own: growth never rests on a guess), and so does a counter that went down (a driver reload,
+a GPU reset, a part swapped). A counter not read at a scan is unknown there, never zero.
 
 Corrected ECC: the AGGREGATE count. The volatile one restarts at every driver load, which on
 Linux without persistence mode is every application run (NVML, nvmlEccCounterType_t): its
