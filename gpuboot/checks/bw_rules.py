@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpuboot.bundle.model import Evidence
 from gpuboot.bundle.names import PRECONDITIONS_FILE
@@ -100,7 +101,7 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
         if mig := _mig_on(ctx):
             return mig
         _precondition(evidence)
-        samples, worst, unjudged = [], "", set()
+        samples, worst, unjudged, gaps = [], "", set(), []
         gpus = gpu_inventory(evidence)
         for name, form, out in forms_in(evidence, "nvbandwidth"):
             if why := tool_failure("nvbandwidth", out):
@@ -109,23 +110,30 @@ def nvbandwidth_check(figure: str) -> Callable[[Evidence, NodeContext], Result]:
             run = parsed(parser_of("nvbandwidth", form), out.stdout)
             unjudged |= {t.name for t in run.tests if t.name not in _NVBW_JUDGED}
             for case in (t for t in run.tests if t.name in tests):
-                samples.append(_nvbw_case(case, name, gpus))
-                worst = samples[-1][1]
+                low, worst, short = _nvbw_case(case, name, gpus)
+                samples.append(low)
+                if short:
+                    gaps.append((short, name))
         if not samples:
             return _absent(ctx, "cuda_toolkit_version", f"nvbandwidth {tests[0]}")
         if unjudged:  # said, never silently dropped: no profile band measures them
             names = sorted(unjudged)
             more = f" (+{len(names) - 4} more)" if len(names) > 4 else ""
             worst += f"; not judged (no band): {', '.join(names[:4])}{more}"
-        return _judge(figure, [low for low, _w in samples], ctx, worst)
+        result = _judge(figure, samples, ctx, worst)
+        if gaps:  # GPUs not measured: a copy below band among those measured is still seen
+            gap = "; ".join(g for g, _n in gaps)
+            if result.status != FAIL:
+                raise incomplete(gap, gaps[0][1])
+            return replace(result, reason=f"{result.reason} (the rest not read: {gap})")
+        return result
 
     return check
 
 
-def _nvbw_case(case, name: str, gpus: int | None) -> tuple[float, str]:
-    """(slowest cell, where) of one passed testcase; ERROR for one that did not pass (waived,
-    or stopped by nvbandwidth's own assertion), is empty or measured fewer GPUs than the
-    node has."""
+def _nvbw_case(case, name: str, gpus: int | None) -> tuple[float, str, str | None]:
+    """(slowest cell, where, what it did not measure) of one passed testcase; ERROR for one
+    that did not pass (waived, or stopped by nvbandwidth's own assertion) or is empty."""
     test = case.name
     if case.status != "Passed":
         why = f": {case.error}" if case.error else ""
@@ -135,11 +143,12 @@ def _nvbw_case(case, name: str, gpus: int | None) -> tuple[float, str]:
     if not vals:
         raise ProbeFailed(f"{test}: empty matrix", where=name)
     width = max(len(row) for row in case.matrix)  # a column per GPU measured
+    short = None
     if gpus is not None and width < gpus:
-        raise incomplete(f"{test} measured {width} of the node's {gpus} GPUs", name)
+        short = f"{test} measured {width} of the node's {gpus} GPUs"
     i, j, low = min(vals, key=lambda c: c[2])
     where = f"pair {i}->{j}" if len(case.matrix) > 1 else f"GPU {j}"
-    return low, f"slowest {where} ({test})"
+    return low, f"slowest {where} ({test})", short
 
 
 def check_all_reduce(evidence: Evidence, ctx: NodeContext) -> Result | str:

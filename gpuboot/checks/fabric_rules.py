@@ -354,21 +354,22 @@ def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     if isinstance(eth, Result):
         return eth
     prios = _roce_priorities(ctx)
-    problems = []
+    problems, gaps, where = [], [], ""
     for nic in eth:
         name = ecn_file(nic["netdev"])
         switches = parse_ecn_enable(_read(evidence, name))
         if any(k not in switches for k in ECN_SWITCHES):
-            raise incomplete(f"{name} lists {len(switches)} of the port's 16 ECN switches", name)
-        off = [
+            gaps.append(f"{name} lists {len(switches)} of the port's 16 ECN switches")
+            where = where or name
+        off = [  # a switch the file shows off; one it does not show is unknown, not off
             f"{proto} {prio}"
             for prio in prios
             for proto in ("roce_np", "roce_rp")
-            if not switches.get((proto, prio), False)
+            if switches.get((proto, prio)) is False
         ]
         if off:
             problems.append(f"{nic['netdev']} ECN off on {', '.join(off)}")
-    return "; ".join(problems) or None
+    return seen_or_unread(problems, "; ".join(gaps) or None, where)
 
 
 def check_modules(evidence: Evidence, ctx: NodeContext) -> str | None:

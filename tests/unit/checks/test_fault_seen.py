@@ -49,3 +49,22 @@ def test_a_healthy_listing_short_of_the_nodes_gpus_is_error_never_pass():
         {"nvidia-smi_nvlink_-s.txt": cut, "nvidia-smi_-q.txt": _q_header(8)}, A100, "NVL-001"
     )
     assert f.status == "ERROR" and "lists 5 of the node's 8 GPUs" in f.reason, f
+
+
+L40S = load_profile("l40s-pcie-4gpu")
+
+
+def test_a_copy_below_band_on_the_gpus_measured_fails():
+    """nvbandwidth measured one GPU of the node's four, at 12.4 GB/s on a Gen4 x16 link."""
+    text = (CAPTURES / "nvbandwidth/1gpu-json-j-all-tests-pcie-12GBps.json").read_text()
+    f = _judge({"nvbandwidth_-j.json": text, "nvidia-smi_-q.txt": _q_header(4)}, L40S, "BW-001")
+    assert f.status == "FAIL", f
+    assert "nvbandwidth_h2d 12.4 GB/s" in f.reason
+    assert "the rest not read: host_to_device_memcpy_ce measured 1 of the node's 4 GPUs" in f.reason
+
+
+def test_copies_within_band_on_some_gpus_are_error_never_pass():
+    text = (CAPTURES / "nvbandwidth_text/a10-1gpu-v0.5-t-h2d-ce-text-25GBps.txt").read_text()
+    files = {"nvbandwidth_-t_host_to_device_memcpy_ce.txt": text, "nvidia-smi_-q.txt": _q_header(4)}
+    f = _judge(files, L40S, "BW-001")
+    assert f.status == "ERROR" and "measured 1 of the node's 4 GPUs" in f.reason, f
