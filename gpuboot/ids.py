@@ -256,30 +256,33 @@ def fixes() -> dict[str, tuple[str, ...]]:
     return {rule: tuple(ids) for rule, ids in out.items()}
 
 
-def remediation(rule: str) -> dict[str, Any]:
+def remediation(rule: str, host: str | None = None, inventory: str | None = None) -> dict[str, Any]:
     """What fixes a rule's finding: ``fix_tasks`` (task ids, empty for a rule no role makes
-    true) and, when there are some, the ``remediate`` command that runs them alone."""
+    true) and, when there are some, the ``remediate`` command that runs them alone: complete,
+    with ``-i`` (INVENTORY where the run knew none: evaluate) and ``--limit`` the node."""
+    import shlex
+
     ids = list(fixes().get(rule, ()))
     if not ids:
         return {"fix_tasks": []}
-    return {
-        "fix_tasks": ids,
-        "remediate": f"gpuboot install --tags {rule} (tasks {', '.join(ids)})",
-    }
+    inv = shlex.quote(str(inventory)) if inventory else "INVENTORY"
+    limit = f" --limit {shlex.quote(host)}" if host else ""
+    return {"fix_tasks": ids, "remediate": f"gpuboot install -i {inv}{limit} --tags {rule}"}
 
 
 R = TypeVar("R", "RunReport", "BundleReport")
 
 
-def link_report(report: R) -> R:
+def link_report(report: R, inventory: str | Path | None = None) -> R:
     """``report`` (a certify or evaluate report, or a scan's) with ``fix_tasks`` (and
-    ``remediate``) for every FAIL or WARN finding of its nodes. ERROR and SKIPPED findings
-    get none: the harness, not the node's configuration, is what needs fixing there."""
+    ``remediate``, run on ``inventory``) for every FAIL or WARN finding of its nodes. ERROR
+    and SKIPPED findings get none: the harness, not the node's configuration, is what needs
+    fixing there."""
     from gpuboot.results import NodeReport
 
     def linked(node: NodeReport) -> NodeReport:
         fixes = {
-            f.rule: remediation(f.rule)
+            f.rule: remediation(f.rule, node.host, None if inventory is None else str(inventory))
             for f in node.findings
             if f.status in (Status.FAIL, Status.WARN)
         }

@@ -177,7 +177,7 @@ def _judge(args, inv):
             progress=progress,
             rma_after_reboots=args.rma_after_reboots,
         )
-    result = replace(result, report=link_report(result.report))
+    result = replace(result, report=link_report(result.report, inv.path))
     report = result.report
     written = write_reports(
         report,

@@ -198,10 +198,11 @@ def test_the_report_links_a_failed_rule_to_the_tasks_that_fix_it():
             }
         ]
     }
-    linked = ids.link_report(RunReport.from_dict(report))
+    linked = ids.link_report(RunReport.from_dict(report), "/srv/site inv.yml")
     stk2, nic1, stk3, mig1 = linked.to_dict()["nodes"][0]["findings"]
     assert stk2["fix_tasks"] == list(ids.fixes()["STK-002"]) and stk2["fix_tasks"]
-    assert stk2["remediate"].startswith("gpuboot install --tags STK-002 (tasks ")
+    # a complete command: the run's inventory (quoted) and the node
+    assert stk2["remediate"] == "gpuboot install -i '/srv/site inv.yml' --limit n1 --tags STK-002"
     assert nic1["fix_tasks"] == [] and "remediate" not in nic1  # hardware: no task fixes it
     assert "fix_tasks" not in stk3 and "fix_tasks" not in mig1  # harness fault, passed
 

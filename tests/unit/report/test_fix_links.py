@@ -32,7 +32,8 @@ def test_evaluate_json_links_a_failed_rule_to_its_tasks(tmp_path, capsys):
     assert stk1["status"] == "FAIL"
     assert stk1["fix_tasks"] == list(ids.fixes()["STK-001"])
     assert "REBOOT-010" in stk1["fix_tasks"]  # the reboot that loads the pinned module
-    assert stk1["remediate"].startswith("gpuboot install --tags STK-001 (tasks ")
+    # a complete command: evaluate knows no inventory, the node is limited to
+    assert stk1["remediate"] == "gpuboot install -i INVENTORY --limit gpu-a01 --tags STK-001"
     assert found["THR-001"]["status"] == "WARN" and found["THR-001"]["fix_tasks"] == []
     errors = [f for f in node["findings"] if f["status"] == "ERROR"]
     assert errors and not any("fix_tasks" in f for f in errors)  # the harness, not the node
@@ -58,7 +59,7 @@ def _report() -> dict:
 def test_html_and_junit_show_the_remediation():
     report = _report()
     command = report["nodes"][0]["findings"][0]["remediate"]
-    assert command.startswith("gpuboot install --tags STK-002 (tasks ")
+    assert command == "gpuboot install -i INVENTORY --limit n1 --tags STK-002"
     page = html.render(RunReport.from_dict(report))
     assert "<b>Remediate:</b>" in page and html._e(command) in page
     assert f"remediate: {command}" in junit.render(RunReport.from_dict(report)).decode()
