@@ -114,7 +114,7 @@ def _certify_inventory(args, inv) -> Outcome:
             progress=progress,
             probes=args.probes,
         )
-    report = link_report(report)  # each failed rule -> the tasks that fix it (JSON, text, HTML)
+    report = link_report(report, inv.path)  # each failed rule -> its fix (JSON, text, HTML)
     extents = _extents(args, inv, report)
     written = write_reports(
         report,
