@@ -6,6 +6,7 @@ passes the rule. One lab, tests in file order."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,11 @@ def test_install_tags_rule_repairs_what_certify_found(lab, rule):
     try:
         failed = finding(lab, rule)
         assert failed["status"] == "FAIL" and reason in failed["reason"], failed
-        assert failed["remediate"].startswith(f"gpuboot install --tags {rule} ")
-        proc = gpuboot("install", "-i", str(lab.inventory), "--tags", rule, "--json")
+        # the hint is a complete command: run as printed (-i the inventory, --limit the node)
+        hint = shlex.split(failed["remediate"])
+        assert hint[:3] == ["gpuboot", "install", "-i"] and hint[-2:] == ["--tags", rule]
+        assert "--limit" in hint
+        proc = gpuboot(*hint[1:], "--json")
         assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
         done = ran(json.loads(proc.stdout)["run_dir"])
         fixed = finding(lab, rule)
