@@ -86,6 +86,7 @@ def test_release_removes_only_the_runs_own_lease(tmp_path):
     write(path, "run-1", HALL_A, time.time() + 600)
     other = lease(tmp_path, path, "run-9", HALL_B, state="released")
     assert not other["changed"] and path.exists(), other
+    assert "taken over by ctl-a" in json.dumps(other["warnings"])
     own = lease(tmp_path, path, "run-1", HALL_A, state="released")
     assert own["changed"] and not path.exists(), own
     again = lease(tmp_path, path, "run-1", HALL_A, state="released")

@@ -18,7 +18,7 @@ description:
     taken over, and so is one left by an earlier run of this same controller (its own
     lock on the node proves that run is over).
   - C(state=released) removes the lease when this run holds it; another run's lease is
-    left alone.
+    left alone, with a warning (this run outlived its lease and another took the node).
   - Read, decide and write happen under an exclusive flock on I(path).lock, and the lease
     is written to a new file renamed over the old one, so two controllers arriving at once
     cannot both take it. Expiry is judged by the node's clock, which both controllers share.
@@ -166,6 +166,12 @@ def _release(module, path, run_id, controller):
     if current is None:
         return {"changed": False, "lease": {}, "msg": "no lease held"}
     if (current["run_id"], current["controller"]) != (run_id, controller):
+        # this run outlived its lease and another took the node: say so, the operator
+        # should know two runs may have overlapped
+        module.warn(
+            f"this run's lease on the node was taken over by {current['controller']} "
+            f"(run {current['run_id']}): check the node with `gpuboot plan`"
+        )
         return {
             "changed": False,
             "lease": current,
