@@ -279,3 +279,58 @@ def test_downgrade_back_to_550(lab):
     assert "Driver Version: 550.54.15" in ssh_ok(lab, "nvidia-smi")
     assert plan_changes(lab) == {}
     assert install(lab)["changed"] == 0
+
+
+LEASE = "/var/lib/gpuboot/lease.json"
+
+
+def test_two_controllers_never_converge_the_node_at_once(lab, tmp_path):
+    """Two GPUBOOT_HOMEs (two halls' controllers, each with its own locks) install node1 at
+    once: the one holding the node's lease proceeds, the other is refused naming it; a lease
+    whose holder died (expired) is taken over."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    hall_b = {**os.environ, "GPUBOOT_HOME": str(tmp_path / "hall-b")}
+
+    def install_b(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "gpuboot.cli", "install", "-i", str(lab.inventory)]
+        return subprocess.run(
+            [*argv, "--json", *extra], capture_output=True, text=True, env=hall_b, timeout=600
+        )
+
+    # hall A runs the roles before DCGM's (under --tags the fast path, which takes no
+    # lease, is out): the node is held for their length
+    tags = "baseline,repo,ofed,driver,fabricmanager,peermem,dcgm"
+    hall_a = subprocess.Popen(
+        [sys.executable, "-m", "gpuboot.cli", "install", "-i", str(lab.inventory), "--tags", tags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = time.monotonic()
+    try:
+        deadline = started + 120
+        while not (held := ssh_ok(lab, f"cat {LEASE} 2>/dev/null || true")):
+            assert hall_a.poll() is None and time.monotonic() < deadline, "A took no lease"
+            time.sleep(0.3)
+        holder = json.loads(held)
+        refused = install_b("--tags", "baseline")
+        assert refused.returncode == 1, refused.stderr[-2000:]  # 0: A was done already
+        node = json.loads(refused.stdout)["hosts"]["node1"]
+        assert node["failed_task"].startswith("INST-004"), node
+        assert f"controller {holder['controller']} (run {holder['run_id']}" in node["reason"]
+    finally:
+        _, err = hall_a.communicate(timeout=600)
+    assert hall_a.returncode == 0, err[-2000:]
+    print(f"hall A held node1 for its run of {time.monotonic() - started:.1f} s")
+    assert ssh_ok(lab, f"cat {LEASE} 2>/dev/null || true") == ""  # given back at the end
+
+    # a controller killed mid-run leaves its lease; once expired, another takes it over
+    dead = {"run_id": "killed", "controller": "gone home 000000000000", "taken": 1, "expires": 2}
+    ssh_ok(lab, f"mkdir -p /var/lib/gpuboot && echo '{json.dumps(dead)}' > {LEASE}")
+    took = install_b("--tags", "baseline")
+    assert took.returncode == 0, took.stdout[-2000:] + took.stderr[-2000:]
+    assert ssh_ok(lab, f"cat {LEASE} 2>/dev/null || true") == ""
