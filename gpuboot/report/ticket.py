@@ -4,7 +4,6 @@ slots, Xids, action, bundle) and Markdown tables. Pure: the CLI prints them."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,8 +18,6 @@ ORDER = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS)  # the worst first
 COUNTED = (Status.PASS, Status.FAIL, Status.ERROR, Status.WARN)  # as the fleet line counts
 NAMED = 5  # nodes the fleet line names before "and N more"
 BLOCKS = 20  # node blocks in Markdown before the rest is left to --json
-# evaluate judges a bundle without an inventory: the operator names theirs
-NO_INVENTORY = "INVENTORY"
 XID_RULES = ("XID-001", "XID-002")
 
 
@@ -70,6 +67,7 @@ def fleet_line(nodes: Sequence[NodeReport]) -> str:
 def fix_commands(nodes: Sequence[NodeReport], inventory: str | None) -> list[dict[str, Any]]:
     """Per rule that tasks make true, the install that runs them on the nodes it failed on:
     a complete command (``-i`` and ``--limit``; evaluate knows no inventory: INVENTORY)."""
+    from gpuboot.ids import remediation
     from gpuboot.ui import host_ranges
 
     groups: dict[str, tuple[list[str], list[str]]] = {}
@@ -80,15 +78,14 @@ def fix_commands(nodes: Sequence[NodeReport], inventory: str | None) -> list[dic
                 hosts = groups.setdefault(f.rule, (list(tasks), []))[1]
                 if node.host not in hosts:
                     hosts.append(node.host)
-    inv = shlex.quote(str(inventory)) if inventory else NO_INVENTORY
     return [
         {
             "rule": rule,
             "tasks": tasks,
             "hosts": hosts,
             "on": host_ranges(hosts),
-            "command": f"gpuboot install -i {inv} --limit {shlex.quote(','.join(hosts))} "
-            f"--tags {rule}",
+            # the one spelling of the command (ids.remediation), --limit every node at once
+            "command": remediation(rule, ",".join(hosts), inventory)["remediate"],
         }
         for rule, (tasks, hosts) in groups.items()
     ]
