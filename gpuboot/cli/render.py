@@ -213,7 +213,7 @@ def terminal_width() -> int | None:
 
 def fit_table(headers, rows, width: int | None) -> str:
     """ui.table within ``width`` columns: the widest columns are cut to one cap, their cells
-    ending in "…" (--json keeps the full text)."""
+    ending in "…" (--json keeps the full text); the first column (the node) is cut last."""
     from gpuboot.ui import clip
 
     cells = [[printable("" if c is None else str(c), one_line=True) for c in r] for r in rows]
@@ -221,11 +221,15 @@ def fit_table(headers, rows, width: int | None) -> str:
     gaps = 2 * (len(headers) - 1)
     if width is None or sum(widths) + gaps <= width:
         return table(headers, cells)
-    cap = max(widths)
-    while cap > 1 and sum(min(w, cap) for w in widths) + gaps > width:
+    keep = widths[0] if widths[0] + gaps + sum(map(len, headers[1:])) <= width else 0
+    rest = widths[1:] if keep else widths
+    cap = max(rest)
+    while cap > 1 and keep + sum(min(w, cap) for w in rest) + gaps > width:
         cap -= 1
-    floor = [min(w, max(cap, len(h))) for w, h in zip(widths, headers, strict=True)]
-    return table(headers, [[clip(c, floor[i]) for i, c in enumerate(r)] for r in cells])
+    limits = [max(min(w, cap), len(h)) for w, h in zip(widths, headers, strict=True)]
+    if keep:
+        limits[0] = keep
+    return table(headers, [[clip(c, limits[i]) for i, c in enumerate(r)] for r in cells])
 
 
 def wants_markdown(args) -> bool:

@@ -95,10 +95,15 @@ def node_facts(node: NodeReport, bundle: Path | str | None) -> dict[str, Any]:
     """What a ticket about the node needs: verdict and the checks behind it (reasons
     folded), each GPU's slot and serial (from its evidence), Xids, the action, the bundle."""
     facts: dict[str, Any] = {"host": node.host, "verdict": node.verdict}
+    groups: dict[tuple[str, str], list[Any]] = {}  # one reason on 30 rules: one line
+    for f in node.findings:
+        if f.status not in (Status.PASS, Status.SKIPPED):
+            groups.setdefault((f.status, fold_reason(f.reason)), []).append(f)
     facts["problems"] = [
-        f"{f.status} {f.rule} {f.title}: {fold_reason(f.reason)}"
-        for f in node.findings
-        if f.status not in (Status.PASS, Status.SKIPPED)
+        f"{status} {fs[0].rule} {fs[0].title}: {reason}"
+        if len(fs) == 1
+        else f"{status} {' '.join(f.rule for f in fs)}: {reason}"
+        for (status, reason), fs in sorted(groups.items(), key=lambda g: g[0][0] != node.verdict)
     ]
     facts["gpus"] = _gpus(Path(bundle) / node.host) if bundle else []
     facts["xids"] = [

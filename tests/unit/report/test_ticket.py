@@ -133,3 +133,25 @@ def test_a_certificate_that_is_no_regular_file_is_refused_not_waited_on(tmp_path
     big.write_text(" " * (1024 * 1024 + 1) + "{}")
     with pytest.raises(ConfigError, match=r"node2\.json"):
         render.partial_text([big])
+
+
+def test_fit_table_keeps_the_node_column_whole_while_the_others_can_give():
+    rows = [("h100-pcie-bridge-naive-profile", "FAIL", "y" * 60, "x" * 200)]
+    lines = render.fit_table(("node", "verdict", "check", "reason"), rows, 80).splitlines()
+    assert lines[2].startswith("h100-pcie-bridge-naive-profile  FAIL ")
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_a_nodes_block_tells_one_reason_once_for_the_rules_that_share_it():
+    findings = [
+        {"rule": "NVL-001", "title": "NVLinks", "status": "FAIL", "reason": "GPU 6: all down"},
+        *({"rule": r, "title": "t", "status": "ERROR", "reason": "not judged: partial"}
+          for r in ("STK-001", "GPU-001")),
+    ]  # fmt: skip
+    (node,) = RunReport.from_dict(
+        {"nodes": [{"host": "n", "verdict": "FAIL", "findings": findings}]}
+    ).nodes
+    assert ticket.node_facts(node, None)["problems"] == [
+        "FAIL NVL-001 NVLinks: GPU 6: all down",
+        "ERROR STK-001 GPU-001: not judged: partial",
+    ]
