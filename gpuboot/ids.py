@@ -60,6 +60,8 @@ JUDGED_ONLY: dict[str, str] = {
     "NVL-002": "NVLink error counters: the fabric",
     "TOP-001": "GPU/NIC topology and NUMA affinity: slots, risers, BIOS",
     "NIC-001": "RDMA ports active at rate: cables, transceivers, switch",
+    "NIC-004": "a RoCE v2 GID on each rail: the netdev's address (the network's, not a role's)",
+    "NIC-005": "RoCE counters recorded for the scan history: nothing to make true",
     "DCG-001": "DCGM diagnostics: the GPU under test",
     "BW-001": "host-to-device bandwidth: measured",
     "BW-002": "device-to-host bandwidth: measured",

@@ -303,7 +303,7 @@ def _ports_agree(views: list[tuple[str, tuple[_Port, ...]]]) -> None:
     agree("NIC port", view)
 
 
-def _roce_rails(ctx: NodeContext) -> list[dict] | Result:
+def roce_rails(ctx: NodeContext) -> list[dict] | Result:
     """The RoCE (Ethernet) NICs the QoS rules judge, or why they do not apply."""
     if why := _needs_ofed(ctx):
         return not_applicable(why)
@@ -319,7 +319,7 @@ def _roce_priorities(ctx: NodeContext) -> list[int]:
 def check_roce_qos(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     """Lossless RoCE: trust DSCP and PFC on exactly the RoCE priority (NVIDIA's RoCE guide
     uses priority 3). Override with gpuboot_roce_trust / gpuboot_roce_pfc_priorities."""
-    eth = _roce_rails(ctx)
+    eth = roce_rails(ctx)
     if isinstance(eth, Result):
         return eth
     trust = str(ctx.var("gpuboot_roce_trust", "dscp"))
@@ -350,7 +350,7 @@ def check_roce_ecn(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     """DCQCN on the RoCE priorities: the NIC answers CE marks with CNPs (notification
     point) and slows down on CNPs (reaction point); without it the switch's ECN marking
     is ignored and only PFC pauses are left."""
-    eth = _roce_rails(ctx)
+    eth = roce_rails(ctx)
     if isinstance(eth, Result):
         return eth
     prios = _roce_priorities(ctx)

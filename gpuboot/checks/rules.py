@@ -18,6 +18,7 @@ from gpuboot.checks import (
     gpu_rules,
     imex_rules,
     pci_rules,
+    roce_rules,
     stack_rules,
     topo_rules,
 )
@@ -347,6 +348,24 @@ RULES: tuple[Rule, ...] = (
         "`echo 1 > /sys/class/net/IF/ecn/roce_np/enable/3`, same for roce_rp)",
         fabric_rules.check_roce_ecn,
         ("sys_class_net_*_ecn_enable.txt",),
+    ),
+    Rule(
+        "NIC-004",
+        "a RoCE v2 GID on each RoCE rail",
+        FAIL,
+        "give the rail's netdev its IP address (the GID table follows it); check `show_gids` "
+        "and `rdma link` for the port, then certify again",
+        roce_rules.check_roce_gids,
+        _forms("gids"),
+    ),
+    Rule(
+        "NIC-005",
+        "RoCE counters (pause, out-of-buffer, ECN/CNP) recorded for the scan history",
+        WARN,
+        "read the counters' growth in `gpuboot scan` (a rail pausing or dropping for lack of "
+        "buffer): check PFC/ECN (NIC-002, NIC-003) and the switch port",
+        roce_rules.check_roce_counters,
+        _forms("ethtool_stats"),
     ),
     Rule(
         "MOD-001",

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuboot.bundle.names import LSMOD_FILE, NVIDIA_VERSION_FILE
 from gpuboot.evidence.dcgmi import parse_dcgmi_diag_json, parse_dcgmi_diag_text
+from gpuboot.evidence.ethtool_stats import parse_ethtool_stats
 from gpuboot.evidence.ibstat import parse_ibstat
 from gpuboot.evidence.ibstatus import parse_ibstatus
 from gpuboot.evidence.ibv_devinfo import parse_ibv_devinfo
@@ -50,6 +51,7 @@ from gpuboot.evidence.packages import (
 from gpuboot.evidence.perftest import parse_ib_write_bw
 from gpuboot.evidence.rdma_link import parse_rdma_link
 from gpuboot.evidence.roce_ecn import parse_ecn_enable
+from gpuboot.evidence.show_gids import parse_show_gids
 from gpuboot.evidence.topo import parse_topo_matrix
 
 Parser = Callable[[str], Any]
@@ -112,6 +114,8 @@ FORMS: dict[str, tuple[tuple[str, str, Parser | None], ...]] = {
     ),
     "mlnx_qos": (("mlnx_qos_-i_*", "mlnx_qos", parse_mlnx_qos),),
     "roce_ecn": (("sys_class_net_*_ecn_enable*", "sysfs", parse_ecn_enable),),
+    "gids": (("show_gids*", "show_gids", parse_show_gids),),
+    "ethtool_stats": (("ethtool_-S_*", "ethtool -S", parse_ethtool_stats),),
     "nvbandwidth": (
         ("nvbandwidth*.json", "json", parse_nvbandwidth_json),
         ("nvbandwidth*", "text", parse_nvbandwidth_text),

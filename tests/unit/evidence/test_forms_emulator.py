@@ -131,3 +131,23 @@ def test_a_gpu_nvidia_smi_lost_is_gpu_001_fail_naming_it(node):
     found = _judge(node, {"nvidia-smi_-q.txt": _out(out)}, "GPU-001")
     assert found.status == "FAIL" and "lost" in found.reason, found
     assert "7 of 8 GPUs visible" in found.reason, found
+
+
+def test_rdma_link_show_gids_and_ethtool_are_judged_like_the_captures(node):
+    """The emulator's `rdma link`, `show_gids` and `ethtool -S` (the lab's view of the RoCE
+    rails) read and judged: healthy, then one port down (fault nic-down)."""
+    hv = {"doca_ofed_enabled": True}
+    rdma = _out(node.run("rdma", "link", check=True))
+    gids = _out(node.run("show_gids", check=True))
+    stats = _out(node.run("ethtool", "-S", "enp26s0np0", check=True))
+    assert _judge(node, {"rdma_link.txt": rdma}, "NIC-001", **hv).status == "PASS"
+    assert _judge(node, {"show_gids.txt": gids}, "NIC-004", **hv).status == "PASS"
+    found = _judge(node, {"ethtool_-S_enp26s0np0.txt": stats}, "NIC-005", **hv)
+    assert found.status == "PASS" and "3 RoCE counter(s) recorded on enp26s0np0" in found.reason
+    node.run("ctl", "fault", "add", "nic-down", "mlx5_3", check=True)
+    rdma = _out(node.run("rdma", "link", check=True))
+    gids = _out(node.run("show_gids", check=True))
+    down = _judge(node, {"rdma_link.txt": rdma}, "NIC-001", **hv)
+    assert down.status == "FAIL" and "mlx5_3 not active/link down" in down.reason
+    nogid = _judge(node, {"show_gids.txt": gids}, "NIC-004", **hv)
+    assert nogid.status == "FAIL" and "(mlx5_3): no RoCE v2 GID" in nogid.reason
