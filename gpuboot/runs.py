@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuboot import paths
-from gpuboot.errors import BadInput
+from gpuboot.errors import BadInput, ConfigError
 from gpuboot.report._util import parse_iso
+from gpuboot.yamlsafe import read_capped_bytes
 
 RUN_NAME = re.compile(r"(?P<stamp>\d{8}T\d{6})-(?P<verb>[a-z][a-z0-9_]*)-(?P<suffix>[0-9a-f]{6})")
 _AGE = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
@@ -202,14 +203,11 @@ def _valid_certificates(run: Run, now: float) -> list[str]:
         host = entry.name.removesuffix(".json")
         if host == entry.name or not is_safe_name(host) or entry.is_symlink():
             continue
-        try:
-            with open(entry.path, "rb") as fh:
-                data = fh.read(CERT_MAX + 1)
-            if len(data) > CERT_MAX:
-                continue
+        try:  # a FIFO or device vouches for nothing and must not hold the prune
+            data = read_capped_bytes(entry.path, CERT_MAX, "certificate", hint="")
             cert = json.loads(data)
             expires = parse_iso(str(cert["expires_at"])).timestamp()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if cert.get("host") == host and expires > now:
             hosts.append(host)

@@ -217,3 +217,29 @@ def test_the_evidence_of_an_open_rma_escalation_is_kept(runs_root, capsys):
     kept = {r["id"]: r["why"] for r in doc["kept"]}
     assert kept[evidence.name] == "evidence of an open RMA escalation"
     assert {r["id"] for r in doc["removed"]} == {cleared.name, later[0].name}
+
+
+def test_a_fifo_in_place_of_a_certificate_vouches_for_nothing_and_never_holds_the_prune(
+    runs_root, capsys
+):
+    certified = _run(runs_root, "certify", 6, n=1)
+    _certificate(certified, "node1", days_left=20)
+    fifo_run = _run(runs_root, "certify", 5, n=2)
+    (fifo_run / "reports" / "certificates").mkdir(parents=True)
+    os.mkfifo(fifo_run / "reports" / "certificates" / "node2.json")
+    _backdate(fifo_run)
+    newest = _run(runs_root, "certify", 1, n=3)
+    done = FORK.Queue()
+
+    def prune():
+        done.put(cli.main(["runs", "prune", "--keep", "1", "-q"]))
+
+    worker = FORK.Process(target=prune)
+    worker.start()
+    worker.join(20)
+    hung = worker.is_alive()
+    if hung:
+        worker.kill()
+    assert not hung, "runs prune waited on the FIFO"
+    assert done.get(timeout=5) == 0
+    assert certified.exists() and newest.exists() and not fifo_run.exists()
