@@ -116,13 +116,16 @@ def _certify_inventory(args, inv) -> Outcome:
         )
     report = link_report(report, inv.path)  # each failed rule -> its fix (JSON, text, HTML)
     extents = _extents(args, inv, report)
+    # certification happens with a key only: without one the run is a check, and its
+    # reports claim no certification (no PARTIAL, no exit 7); text and --json say the extent
+    certifying = extents if args.sign_key else None
     written = write_reports(
         report,
         report.run_dir / "reports",
         key_path=Path(args.sign_key) if args.sign_key else None,
         validity_days=args.cert_validity_days,
         allow_warn=args.allow_warn,
-        extents=extents,
+        extents=certifying,
     )
     run = RunDocument(report, written)
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED
@@ -133,7 +136,7 @@ def _certify_inventory(args, inv) -> Outcome:
     text += measured_block(extents)
     text += certification_text(extents, str(inv.path), args.sign_key, list(inv.hosts))
     if args.textfile_dir:
-        run.written["textfile"], warning = _textfile(args, inv, report, certs, extents)
+        run.written["textfile"], warning = _textfile(args, inv, report, certs, certifying)
         text += f"\n{warning}" if warning else ""
     if args.calibrate:
         run.calibration = _calibrate(args, report)

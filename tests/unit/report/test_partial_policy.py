@@ -41,7 +41,9 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-def _certify(tmp_path, monkeypatch, capsys, node: dict[str, Any], extra: str = ""):
+def _certify(
+    tmp_path, monkeypatch, capsys, node: dict[str, Any], extra: str = "", *, sign: bool = True
+):
     """`gpuboot certify -i INV --sign-key KEY --json` on a run whose certify step returns
     ``node`` over a real-capture bundle (a node whose pair rules were skipped ran alone: the
     pair phase found no partner and its bundle holds no pair file)."""
@@ -53,8 +55,9 @@ def _certify(tmp_path, monkeypatch, capsys, node: dict[str, Any], extra: str = "
     bundle = make_bundle(tmp_path / "runs", ["gpu-a01"], probes=probes, meta=meta)
     run = {"run_id": bundle.name, "run_dir": str(bundle), "bundle": str(bundle), "nodes": [node]}
     monkeypatch.setattr(certify, "certify", lambda *_a, **_k: RunReport.from_dict(run))
-    key = certificate.generate_key(tmp_path / "key.pem")
-    args = ["certify", "-i", str(inventory(tmp_path, extra)), "--sign-key", str(key)]
+    args = ["certify", "-i", str(inventory(tmp_path, extra))]
+    if sign:
+        args += ["--sign-key", str(certificate.generate_key(tmp_path / "key.pem"))]
     code = main([*args, "--json"])
     out = capsys.readouterr()
     assert code != 3, out.err
@@ -126,6 +129,20 @@ def test_the_nodes_policy_accepts_exactly_the_gaps_it_names(tmp_path, monkeypatc
     assert 'gpuboot_certify_node_gap{host="gpu-a01",gap="no-pair",accepted="true"} 1' in prom
     suite = ET.parse(reports / "junit.xml").getroot().find("testsuite")
     assert suite.find("testcase[@name='certification scope']/failure") is None
+
+
+def test_without_a_key_the_run_certifies_nothing_and_says_what_it_measured(
+    tmp_path, monkeypatch, capsys, home
+):
+    """No --sign-key: a check run. Its reports claim no certification either way (no
+    PARTIAL, exit 0); its text and --json still say the node's run was partial."""
+    code, doc, text = _certify(tmp_path, monkeypatch, capsys, single_node_run(), sign=False)
+    assert code == 0 and doc["nodes"][0]["certification"]["scope"] == "partial"
+    assert "gpu-a01: partial (no --sign-key: none issued)" in text
+    reports = Path(doc["reports"]["html"]).parent
+    suite = ET.parse(reports / "junit.xml").getroot().find("testsuite")
+    assert suite.find("testcase[@name='certification scope']") is None
+    assert "PARTIAL</span>" not in (reports / "report.html").read_text()  # no badge
 
 
 def test_a_full_run_exits_0_with_scope_full(tmp_path, monkeypatch, capsys, home):
