@@ -129,7 +129,8 @@ def _certify_inventory(args, inv) -> Outcome:
     )
     run = RunDocument(report, written)
     code = EXIT_OK if report.passed else EXIT_NODE_FAILED
-    text = render.verdict_text(report, args) + f"\nreport: {written['html']}"
+    refused = {h for h, e in extents.items() if not e.certifies} if args.sign_key else set()
+    text = render.verdict_text(report, args, refused) + f"\nreport: {written['html']}"
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
     if certs:
         text += f"\ncertificates: {len(certs)} in {certs[0].parent}"
@@ -141,7 +142,6 @@ def _certify_inventory(args, inv) -> Outcome:
     if args.calibrate:
         run.calibration = _calibrate(args, report)
         text += render.calibration_text(run.calibration)
-    refused = {h for h, e in extents.items() if not e.certifies} if args.sign_key else set()
     if args.kubeconfig:
         run.gate, _ = gate.apply(args, inv, report, written, allow_warn=args.allow_warn)
         text += render.gate_text(run.gate)

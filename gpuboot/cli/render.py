@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from gpuboot.ui import host_ranges, printable, table
-from gpuboot.verdict import Status
+from gpuboot.verdict import PARTIAL, Status
 
 if TYPE_CHECKING:
     from gpuboot.checks.base import Finding
@@ -245,32 +246,35 @@ def table_text(args, headers, rows) -> str:
     return fit_table(headers, rows, terminal_width())
 
 
-def verdict_text(report: RunReport | BundleReport, args=None) -> str:
+def verdict_text(report: RunReport | BundleReport, args=None, partial: Collection[str] = ()) -> str:
     """Failing nodes first, one row each with their first failed check; passing nodes with
     identical results folded into one row; then the other failed checks, the remediations
     (complete commands: ``args.inventory``), the skipped checks and the one-line fleet
     summary. Long per-link reasons are folded and the table fits the terminal (--json
-    keeps every reason whole). ``args.format`` markdown: the run as Markdown."""
+    keeps every reason whole). ``args.format`` markdown: the run as Markdown. ``partial``:
+    passing hosts whose certificate is partial and not accepted, shown PARTIAL."""
     from gpuboot.report._util import host_key
     from gpuboot.report.fold import fold_reason
-    from gpuboot.report.ticket import fleet_line, verdict_markdown
+    from gpuboot.report.ticket import fleet_line, shown_verdict, verdict_markdown
 
     inventory = getattr(args, "inventory", None)
     if wants_markdown(args):
-        return verdict_markdown(report, inventory, verb=f"gpuboot {getattr(args, 'verb', '')}")
+        verb = f"gpuboot {getattr(args, 'verb', '')}"
+        return verdict_markdown(report, inventory, verb=verb, partial=partial)
     rows, passed = [], {}
     # failures first; PASS nodes folded below
-    order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2}
-    for node in sorted(report.nodes, key=lambda n: (order.get(n.verdict, 3), host_key(n.host))):
+    order = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, PARTIAL: 3}
+    shown = {n.host: shown_verdict(n, partial) for n in report.nodes}
+    for node in sorted(report.nodes, key=lambda n: (order.get(shown[n.host], 4), host_key(n.host))):
         bad = _not_passed(node)
-        if not bad and node.verdict == Status.PASS:
+        if not bad and shown[node.host] == Status.PASS:
             passed.setdefault(_checks_summary(node), []).append(node.host)
             continue
         first = bad[0] if bad else None
         rows.append(
             (
                 node.host,
-                node.verdict,
+                shown[node.host],
                 f"{first.rule} {first.title}" if first else "",
                 fold_reason(first.reason) if first else _checks_summary(node),
             )
@@ -288,26 +292,7 @@ def verdict_text(report: RunReport | BundleReport, args=None) -> str:
     text += _skipped_text(report.nodes)
     if report.bundle:
         text += f"\nevidence bundle: {report.bundle}"
-    return text + f"\n{fleet_line(report.nodes)}"
-
-
-# a certificate this run wrote that cannot be read back: the run directory was tampered with
-CERT_HINT = "certify the node again; keep the run directory as gpuboot wrote it"
-
-
-def partial_text(paths: list[Any]) -> str:
-    """One line per certificate that is partial (the run proved less than the SKU requires):
-    verify and the join gate refuse it."""
-    from gpuboot.report.certificate import partial
-    from gpuboot.status import MAX_CERT_BYTES
-    from gpuboot.yamlsafe import read_capped_json
-
-    text = ""
-    for path in paths:
-        cert = read_capped_json(path, MAX_CERT_BYTES, "certificate", hint=CERT_HINT)
-        if gap := partial(cert if isinstance(cert, dict) else {}):
-            text += f"\n  {path.stem}: PARTIAL certificate ({gap}): does not certify the node"
-    return text
+    return text + f"\n{fleet_line(report.nodes, partial)}"
 
 
 def calibration_text(calibration: dict[str, Any]) -> str:

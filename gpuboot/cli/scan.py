@@ -229,7 +229,7 @@ def _to_cluster(args, inv, result, tripped, run, actions):
     from gpuboot.cli import gate, render
 
     report = result.report
-    releasable = _releasable(report, result.history_path)
+    releasable = _releasable(report, result.history_path, inv)
     gated = replace(
         report, nodes=tuple(n for n in report.nodes if n.verdict in BAD or n.host in releasable)
     )
@@ -380,16 +380,18 @@ def _expiry_lines(expiry: dict[str, dict], inv, days: int) -> list[str]:
     return lines
 
 
-def _releasable(report, history) -> dict[str, Path]:
+def _releasable(report, history, inv) -> dict[str, Path]:
     """host -> its certificate, for each node that passes this scan and whose last certify
-    issued it a full certificate still valid: the gate releases it (lifts gpuboot's taint),
-    the breaker open or not. Read from the controller's kept runs as `gpuboot status` reads
-    them; a node without one stays as it is (certify, with its probes, lets it in)."""
+    issued it a certificate still valid, full or partial with every gap its
+    gpuboot_accept_partial accepts (as certify's gate): the gate releases it (lifts
+    gpuboot's taint), the breaker open or not. Read from the controller's kept runs as
+    `gpuboot status` reads them; a node without one stays as it is (certify, with its
+    probes, lets it in)."""
     from datetime import UTC, datetime
 
     from gpuboot import paths, status
     from gpuboot.k8s.decision import read_certificate
-    from gpuboot.report.certificate import partial
+    from gpuboot.report.extent import policy, refusal
 
     passing = [n.host for n in report.nodes if n.verdict == Status.PASS]
     if not passing:
@@ -405,6 +407,6 @@ def _releasable(report, history) -> dict[str, Path]:
             cert = read_certificate(path, node["host"], now)
         except ValueError:
             continue
-        if not partial(cert.doc):
+        if not refusal(cert.doc, policy(inv.hosts.get(node["host"])), node["host"]):
             out[node["host"]] = path
     return out

@@ -4,18 +4,19 @@ slots, Xids, action, bundle) and Markdown tables. Pure: the CLI prints them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuboot.report.fold import fold_reason
-from gpuboot.verdict import Status
+from gpuboot.verdict import PARTIAL, Status
 
 if TYPE_CHECKING:
     from gpuboot.results import BundleReport, NodeReport, RunReport
 
 ORDER = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS)  # the worst first
-COUNTED = (Status.PASS, Status.FAIL, Status.ERROR, Status.WARN)  # as the fleet line counts
+# as the fleet line counts; PARTIAL: passed its checks, certificate partial, not accepted
+COUNTED = (Status.PASS, PARTIAL, Status.FAIL, Status.ERROR, Status.WARN)
 NAMED = 5  # nodes the fleet line names before "and N more"
 BLOCKS = 20  # node blocks in Markdown before the rest is left to --json
 XID_RULES = ("XID-001", "XID-002")
@@ -38,24 +39,34 @@ def first_problem(node: NodeReport):
     return next((f for f in judged if f.status == node.verdict), judged[0] if judged else None)
 
 
-def fleet_line(nodes: Sequence[NodeReport]) -> str:
+def shown_verdict(node: NodeReport, partial: Collection[str] = ()) -> str:
+    """The node's verdict as a reader sees it: a PASS whose certificate is partial with a
+    gap its policy does not accept (``partial``: those hosts) is PARTIAL, not PASS."""
+    return PARTIAL if node.verdict == Status.PASS and node.host in partial else node.verdict
+
+
+def fleet_line(nodes: Sequence[NodeReport], partial: Collection[str] = ()) -> str:
     """ "128 nodes: 126 PASS, 2 FAIL — node7 XID-001 RMA, node9 NVL-001": the counts by
-    verdict, then the nodes not passed (failing first) with their rule and action."""
-    counts = [(v, sum(1 for n in nodes if n.verdict == v)) for v in COUNTED]
+    verdict, then the nodes not passed (failing first) with their rule and action, then
+    the partial ones."""
+    shown = [shown_verdict(n, partial) for n in nodes]
+    counts = [(v, shown.count(v)) for v in COUNTED]
     text = f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: " + ", ".join(
         f"{c} {v}" for v, c in counts if c
     )
     bad = not_passed(nodes)
+    bad += [n for n in nodes if shown_verdict(n, partial) == PARTIAL]
     if not bad:
         return text
     named = []
     for node in bad[:NAMED]:
-        first = first_problem(node)
+        first = None if node.verdict == Status.PASS else first_problem(node)
         named.append(
             " ".join(
                 [
                     node.host,
                     *([first.rule] if first else []),
+                    *([PARTIAL] if node.verdict == Status.PASS else []),
                     *(["RMA"] if node.escalations else []),
                 ]
             )
@@ -186,10 +197,15 @@ def node_block(facts: dict[str, Any], fixes: list[dict[str, Any]]) -> str:
 
 
 def verdict_markdown(
-    report: RunReport | BundleReport, inventory: str | None, *, verb: str = "gpuboot"
+    report: RunReport | BundleReport,
+    inventory: str | None,
+    *,
+    verb: str = "gpuboot",
+    partial: Collection[str] = (),
 ) -> str:
     """The run as Markdown: the fleet line, the table of nodes (passing ones folded), one
-    block per node not passed (the first BLOCKS), the fix commands, the bundle."""
+    block per node not passed (the first BLOCKS), the fix commands, the bundle.
+    ``partial``: passing hosts whose certificate is partial and not accepted."""
     from gpuboot.ui import host_ranges
 
     bundle = report.bundle
@@ -205,11 +221,12 @@ def verdict_markdown(
                 fold_reason(first.reason) if first else "",
             )
         )
-    passed = [n.host for n in report.nodes if n.verdict == Status.PASS]
-    if passed:
-        rows.append((host_ranges(passed), Status.PASS, "", f"{len(passed)} node(s)"))
+    for verdict in (PARTIAL, Status.PASS):
+        hosts = [n.host for n in report.nodes if shown_verdict(n, partial) == verdict]
+        if hosts:
+            rows.append((host_ranges(hosts), verdict, "", f"{len(hosts)} node(s)"))
     parts = [
-        f"**{verb}**: {fleet_line(report.nodes)}",
+        f"**{verb}**: {fleet_line(report.nodes, partial)}",
         markdown_table(("node", "verdict", "first problem", "reason"), rows),
     ]
     bad = not_passed(report.nodes)

@@ -139,6 +139,7 @@ def site(tmp_path, monkeypatch):
         scans = 0
         textfiles = tmp_path / "textfiles"
         history = str(tmp_path / "history.jsonl")
+        fleet = inventory
         api = server
         kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
 
@@ -319,18 +320,40 @@ def _taken_out(doc: dict) -> None:
     doc["metadata"]["labels"]["gpuboot.io/state"] = "taken-out"
 
 
-def _certified(runs: Path, host: str) -> None:
-    """A kept certify run that passed ``host`` and issued it a full certificate."""
+def _certified(runs: Path, host: str, *, gap: str | None = None) -> None:
+    """A kept certify run that passed ``host`` and issued it a full certificate (``gap``
+    "no-pair": partial, its pair probe not run)."""
     from gpuboot.report import certificate
     from tests.unit.k8s.conftest import Reports
 
-    report = Reports(runs.parent / "certs").make({host: "PASS"})
+    unpaired = {"rule": "BW-006", "title": "t", "status": "SKIPPED", "reason": "no partner"}
+    report = Reports(runs.parent / "certs").make(
+        {host: "PASS"}, findings={host: [unpaired]} if gap else None
+    )
     run_dir = runs / "20261127T090000-certify-bbbbbb"
     (run_dir / "reports" / "certificates").mkdir(parents=True)
     (run_dir / "report.json").write_text(json.dumps({**report, "run_dir": str(run_dir)}))
     issued = Path(report["reports"][f"certificate:{host}"])
     (run_dir / "reports" / "certificates" / f"{host}.json").write_bytes(issued.read_bytes())
-    assert certificate.partial(json.loads(issued.read_text())) is None
+    assert (certificate.partial(json.loads(issued.read_text())) is None) == (gap is None)
+
+
+@pytest.mark.parametrize("accepts", [None, "[no-pair]"])
+def test_a_partial_certificate_is_released_only_where_the_group_accepts_its_gap(
+    site, capsys, tmp_path, accepts
+):
+    """As certify's gate: a node whose certificate lacks its pair probe comes back into
+    service on a clean scan only when its gpuboot_accept_partial names no-pair."""
+    if accepts:
+        text = site.fleet.read_text()
+        site.fleet.write_text(
+            text.replace("  hosts:\n", f"    gpuboot_accept_partial: {accepts}\n  hosts:\n")
+        )
+    _certified(tmp_path / "runs", "node5", gap="no-pair")
+    site.api.edit("node5", _taken_out)
+    site.next = _scanned({})
+    code, _doc = site.scan(capsys)
+    assert code == 0 and _ours(site, "node5") == (accepts is None)
 
 
 def test_scan_names_certificates_expiring_soon_and_does_not_release_an_expired_one(

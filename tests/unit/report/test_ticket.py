@@ -120,19 +120,15 @@ def test_fit_table_cuts_the_widest_columns_only():
     assert render.fit_table(("a",), [("b" * 200,)], None).endswith("b")  # no terminal: whole
 
 
-def test_a_certificate_that_is_no_regular_file_is_refused_not_waited_on(tmp_path):
-    import os
-
-    from gpuboot.errors import ConfigError
-
-    fifo = tmp_path / "node1.json"
-    os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match="not a regular file"):
-        render.partial_text([fifo])
-    big = tmp_path / "node2.json"
-    big.write_text(" " * (1024 * 1024 + 1) + "{}")
-    with pytest.raises(ConfigError, match=r"node2\.json"):
-        render.partial_text([big])
+def test_a_partial_node_not_accepted_reads_partial_never_pass_in_table_line_and_markdown():
+    report = RunReport.from_dict({"nodes": [_node(f"node{i}", "PASS") for i in range(1, 5)]})
+    text = render.verdict_text(report, partial={"node3"})
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()[2:6] if line.strip()}
+    assert rows.get("node3") == "PARTIAL", text
+    assert text.rstrip().endswith("4 nodes: 3 PASS, 1 PARTIAL — node3 PARTIAL"), text
+    markdown = ticket.verdict_markdown(report, None, partial={"node3"})
+    assert "| node3 | PARTIAL |" in markdown and "3 PASS, 1 PARTIAL" in markdown, markdown
+    assert "PARTIAL" not in render.verdict_text(report)  # accepted or no certificate asked
 
 
 def test_fit_table_keeps_the_node_column_whole_while_the_others_can_give():
