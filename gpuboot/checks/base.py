@@ -8,6 +8,7 @@ ERROR, never FAIL.
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import functools
 import itertools
@@ -93,21 +94,35 @@ class Rule:
     action: str  # what the operator should do when it fails
     check: Check
     evidence: tuple[str, ...] = ()  # probe files (patterns) the rule reads, for the catalogue
+    # The rule's check fails only on a fault it read (an Xid line, a pending remap), never
+    # on something missing from what it read: such a fault stands even in output that is
+    # not whole. A rule that can fail on an absence (a module, a GPU, a port not listed)
+    # must leave it False, or a cut listing would read as a lost part.
+    fault_first: bool = False
 
     def evaluate(self, evidence: Evidence, ctx: NodeContext) -> Finding:
         # A probe the rule reads that failed (timeout, non-zero exit) left output that may
-        # be partial: the rule is ERROR, whatever that output says. Checked around the
-        # check so a rule that does not apply (no such part, not asked for) still says so.
+        # be partial: the rule is ERROR, whatever that output says, unless it is a
+        # fault_first rule that read a fault there (FAIL seen > ERROR unreadable > PASS).
+        # Checked around the check so a rule that does not apply still says so.
         failed = incomplete_probe(evidence, self.evidence) or failed_probe(evidence, self.evidence)
         if not failed and not ctx.meta.get("excerpt"):
             failed = elided_probe(evidence, self.evidence)
+        reading_cut = _READ_CUT.set(self.evidence if self.fault_first else ())
         try:
             out = self.check(evidence, ctx)
         except GpubootError:
             if failed:  # the probe's own failure says more than its output's parse error
                 raise ProbeFailed(failed) from None
             raise
+        finally:
+            _READ_CUT.reset(reading_cut)
         if failed and not (isinstance(out, Result) and not out.applicable):
+            seen = out if isinstance(out, str) else getattr(out, "reason", None)
+            if self.fault_first and seen and (isinstance(out, str) or out.status == FAIL):
+                action = (out.action if isinstance(out, Result) else None) or self.action
+                reason = f"{seen} (seen in evidence that is not whole: {failed})"
+                return Finding(self.id, self.title, FAIL, reason, action, self.severity)
             return self.error(ProbeFailed(failed))
         if out is None:
             return Finding(self.id, self.title, PASS, "ok", severity=self.severity)
@@ -171,11 +186,23 @@ def probe(evidence: Evidence, name: str) -> ProbeOutput:
     return whole(name, out)
 
 
+# The files the fault_first rule being judged declares: its check may read them cut,
+# since Rule.evaluate keeps only a fault it read there (and is ERROR otherwise).
+_READ_CUT: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("read_cut", default=())
+
+
+def _cut(name: str, out: ProbeOutput) -> str:
+    """Why ``out`` is known cut, unless the rule being judged may read it cut."""
+    if out.incomplete and any(fnmatch.fnmatchcase(name, p) for p in _READ_CUT.get()):
+        return ""
+    return out.incomplete
+
+
 def whole(name: str, out: ProbeOutput) -> ProbeOutput:
     """``out``, or ProbeFailed naming the file when its end marker says it was cut: read
     even by a rule that does not declare the file (a cut tail is not an absent part)."""
-    if out.incomplete:
-        raise ProbeFailed(out.incomplete, where=name)
+    if why := _cut(name, out):
+        raise ProbeFailed(why, where=name)
     return out
 
 
@@ -186,8 +213,8 @@ def probes_matching(evidence: Evidence, pattern: str) -> dict[str, ProbeOutput]:
 
 def tool_failure(name: str, out: ProbeOutput) -> str | None:
     """Why a probe could not measure, from its end marker and exit code; None when it ran."""
-    if out.incomplete:
-        return out.incomplete
+    if why := _cut(name, out):
+        return why
     if not isinstance(out.rc, int) or isinstance(out.rc, bool):
         return f"{name}: exit code not recorded ({out.rc!r})"
     if out.rc == 0:

@@ -192,6 +192,7 @@ RULES: tuple[Rule, ...] = (
         "follow the Xid's action (reset GPU, reboot, or RMA); see NVIDIA's Xid catalogue",
         check_xid,
         _forms("kernel_log"),
+        fault_first=True,
     ),
     Rule(
         "XID-002",
@@ -201,6 +202,7 @@ RULES: tuple[Rule, ...] = (
         "SXid returns; check the link of a repeating non-fatal one",
         check_sxid,
         _forms("kernel_log"),
+        fault_first=True,
     ),
     Rule(
         "GPU-003",
@@ -217,6 +219,7 @@ RULES: tuple[Rule, ...] = (
         "reseat the GPU/riser, check the slot's BIOS link setting; RMA if lanes stay lost",
         gpu_rules.check_pcie_link,
         _forms("query_gpu", "smi_q", "kernel_log"),
+        fault_first=True,
     ),
     Rule(
         "PCI-002",
@@ -235,6 +238,7 @@ RULES: tuple[Rule, ...] = (
         "enable ECC (`nvidia-smi -e 1` + reset); uncorrectable errors: " + _RESET,
         gpu_rules.check_ecc,
         _forms("smi_q", "query_gpu"),
+        fault_first=True,
     ),
     Rule(
         "ECC-002",
@@ -243,6 +247,7 @@ RULES: tuple[Rule, ...] = (
         _RESET,
         gpu_rules.check_remap_pending,
         _forms("smi_q", "query_gpu"),
+        fault_first=True,
     ),
     Rule(
         "ECC-003",
@@ -251,6 +256,7 @@ RULES: tuple[Rule, ...] = (
         _RMA,
         gpu_rules.check_remap_failure,
         _forms("smi_q", "query_gpu"),
+        fault_first=True,
     ),
     Rule(
         "THR-001",

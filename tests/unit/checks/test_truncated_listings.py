@@ -169,3 +169,22 @@ def test_a_bundle_s_reason_is_kept_short_and_names_its_file(kept):
 def test_a_failed_probe_s_reason_is_kept_short():
     out = ProbeOutput("y" * 1_000_000, "", 2)
     assert len(tool_failure("lsmod.txt", out)) < 300
+
+
+def test_an_xid_seen_in_a_cut_kernel_log_is_fail_naming_it_and_the_cut(kept):
+    """FAIL seen > ERROR unreadable: an Xid 79 in the part of dmesg that arrived is a fault
+    whatever the lost tail held; the same cut without an Xid stays ERROR, never PASS."""
+    path = kept / "dmesg.txt"
+    lines = path.read_text().splitlines(keepends=True)
+    xid = "[  101.000000] NVRM: Xid (PCI:0000:19:00): 79, pid=0, GPU has fallen off the bus.\n"
+    whole = "".join(lines[:3]) + xid + "".join(lines[3:])
+    evidence, meta = read_host_bundle(kept)
+    write_host_bundle(kept, {**evidence, "dmesg.txt": ProbeOutput(whole, "", 0)}, meta)
+    path.write_text(_cut(path.read_text(), mid_line=False))
+    assert xid in path.read_text()
+    found = _judge(*read_host_bundle(kept))["XID-001"]
+    assert found.status == "FAIL" and "79" in found.reason, found
+    assert "not whole" in found.reason and "dmesg.txt" in found.reason, found.reason
+    path.write_text(_cut(path.read_text().replace(xid, ""), mid_line=False))
+    found = _judge(*read_host_bundle(kept))["XID-001"]
+    assert found.status == "ERROR", found
