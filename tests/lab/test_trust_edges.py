@@ -213,7 +213,8 @@ def test_relative_inventory_path_reaches_the_inventory_hosts(lab2, tmp_path):
     assert proc.returncode in (0, 1), proc.stderr
     hosts = json.loads(proc.stdout)["hosts"]
     assert sorted(hosts) == ["node1", "node2"]
-    assert {h: r["status"] for h, r in hosts.items()} == {"node1": "ok", "node2": "ok"}
+    # reached at their addresses (a converged lab: ok; a fresh one: changed), never unreachable
+    assert {r["status"] for r in hosts.values()} <= {"ok", "changed"}, hosts
 
 
 def _runs_dir() -> Path:
@@ -267,7 +268,9 @@ def test_evaluate_agrees_with_a_probe_level_none_run(lab2, tmp_path, verb):
     in meta.json, so the offline verdict differed from the run's."""
     extra = ["--history", str(tmp_path / "h.jsonl")] if verb == "scan" else []
     proc = gpuboot(verb, "-i", str(lab2.inventory), "--probes", "none", "--json", *extra)
-    assert proc.returncode in (0, 1), proc.stderr
+    # on a lab not yet converged both nodes fail the stack rules alike: the scan's breaker
+    # opens (6); the verdicts are what is compared
+    assert proc.returncode in ((0, 1, 6) if verb == "scan" else (0, 1)), proc.stderr
     doc = json.loads(proc.stdout)
     offline = json.loads(gpuboot("evaluate", "--bundle", doc["bundle"], "--json").stdout)
 
