@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # install's host statuses as its table shows them (a failure in capitals)
 STATUS_MARK = {"ok": "ok", "changed": "changed", "failed": "FAILED", "unreachable": "UNREACHABLE"}
@@ -91,10 +91,11 @@ _NUMBERED = re.compile(r"(.*?)(\d+)")
 BROKEN = ("failed", "unreachable", "pending")
 
 
-def host_table(hosts: dict) -> str:
+def host_table(hosts: dict, draw: Callable[..., str] | None = None) -> str:
     """install's final table: every host that failed, was unreachable or was never reached
     first, one row each with its task and reason; then hosts with identical results folded
-    into one row ("8 hosts ... changed 31")."""
+    into one row ("8 hosts ... changed 31"). ``draw(headers, rows)`` lays it out (the CLI
+    fits it to the terminal); ``table`` by default."""
     from gpuboot.report._util import host_key
 
     names = sorted(hosts, key=host_key)
@@ -127,4 +128,4 @@ def host_table(hosts: dict) -> str:
         f"{n} {s}" for s, n in counts.items() if n or s in ("ok", "changed")
     )
     headers = ("hosts", "n", "status", "ok", "changed", "failed", "failed task", "reason")
-    return table(headers, rows) + "\n" + summary
+    return (draw or table)(headers, rows) + "\n" + summary

@@ -20,7 +20,8 @@ def install_text(result, args) -> str:
         return f"nothing to resume: every host of run {result.resumed_from} converged"
     from gpuboot.ui import host_table
 
-    text = host_table(result.hosts)  # failures first, identical results folded
+    # failures first, identical results folded; fitted to the terminal (--json: whole)
+    text = host_table(result.hosts, lambda h, rows: fit_table(h, rows, terminal_width()))
     batches = -(-len(rollout.hosts) // rollout.batch_size)
     text += (
         f"\n{len(result.hosts)} host(s) in {batches} batch(es), {result.elapsed_s:.1f}s;"

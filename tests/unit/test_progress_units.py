@@ -198,6 +198,26 @@ def test_install_table_folds_and_names_failures_first():
     assert text[-1] == "37 hosts: 36 ok, 0 changed, 1 failed"
 
 
+def test_install_text_fits_the_terminal_and_json_keeps_the_reason_whole(monkeypatch):
+    from types import SimpleNamespace
+
+    from gpuboot.cli.render import install_text
+    from gpuboot.runner import HostResult
+
+    reason = "dpkg: error processing package nvidia-dkms-550 " + "x" * 400
+    hosts = {"node1": HostResult("node1", ok=3, failed=1, failed_task="DRV-016", reason=reason)}
+    rollout = SimpleNamespace(hosts=["node1"], batch_size=1, stopped="", failed=[], pending=[])
+    result = SimpleNamespace(
+        hosts=hosts, rollout=rollout, elapsed_s=1.0, run_dir="/r", drained={}, would_drain=[],
+        diff=None,
+    )  # fmt: skip
+    monkeypatch.setenv("COLUMNS", "100")
+    table = install_text(result, SimpleNamespace()).split("\n1 host(s)")[0]
+    assert max(map(len, table.splitlines())) <= 100, table
+    assert "…" in table and "node1" in table
+    assert hosts["node1"].reason == reason  # the result (what --json prints) is untouched
+
+
 def test_certify_table_puts_failures_first_and_folds_passing_nodes():
     def node(host: str, status: str) -> dict:
         finding = {"rule": "GPU-001", "title": "GPU count", "status": status, "reason": "r"}
