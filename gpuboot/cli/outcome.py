@@ -10,6 +10,10 @@ from typing import Any
 # partial with a gap its gpuboot_accept_partial does not accept: it is not certified.
 # Not 1 (nothing failed), nor 4-6 (scan's): documented in README.md's exit codes.
 EXIT_PARTIAL = 7
+# install: no host failed, but some hosts' outcome is unknown because the executor running
+# them was lost (a cut stream, ssh's 255, silence past the heartbeat): neither ok nor
+# failed, so neither 0 nor 1. Outranked by 2/3, and by 1 when a host truly failed.
+EXIT_UNKNOWN = 8
 
 
 class Outcome:
