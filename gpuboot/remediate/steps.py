@@ -26,6 +26,7 @@ from gpuboot.inventory import Inventory
 from gpuboot.remediate import cluster, plays, record
 from gpuboot.remediate import ladder as LD
 from gpuboot.results import RunReport
+from gpuboot.runner import HostResult
 from gpuboot.verdict import Status
 
 CERTIFY_TIMEOUT_S = 600.0  # a node back from a reboot may need minutes to load its driver
@@ -33,7 +34,13 @@ CERTIFY_RETRY_S = 15.0
 
 
 class Held(Exception):
-    """The step was not taken: the drain before a reboot was refused (budget, ownership)."""
+    """The step was not taken: the drain before a reboot was refused (budget, ownership),
+    or another controller holds the node's lease."""
+
+
+def _held_at_lease(played: HostResult) -> None:
+    if why := plays.refused(played):
+        raise Held(f"not touched: {why}")
 
 
 @dataclass
@@ -111,8 +118,6 @@ class Steps:
                 after = cluster.read_node(api, self.name)
                 cluster.send(api, self.name, ownership.resume_nvsentinel(after))
             return outcome
-        except Held as exc:
-            return LD.HELD, str(exc)
         except lease.LeaseHeld as exc:
             return LD.HELD, f"another remediator holds the node's Lease: {exc.holder}"
         except (api.api_error, *api.transport_errors, ValueError) as exc:
@@ -143,6 +148,8 @@ class Steps:
                 LD.REBOOT: self._reboot,
                 LD.REINSTALL: self._reinstall,
             }[step]()
+        except Held as exc:
+            return LD.HELD, str(exc)
         except GpubootError as exc:
             return LD.FAILED, f"{step} broke: {exc}"
         if done:
@@ -159,6 +166,7 @@ class Steps:
         result = install(str(self.inv.path), limit=self.host, drain=drain, **kw)
         if broken_hosts(result.hosts):
             r = result.hosts[self.host]
+            _held_at_lease(r)
             return f"install failed at {r.failed_task or r.task}: {r.reason}"
         return None
 
@@ -173,6 +181,7 @@ class Steps:
 
     def _reset(self) -> str | None:
         played = plays.reset_gpus(self.inv, self.host, self.fault.gpus)
+        _held_at_lease(played)
         if played.status in ("failed", "unreachable"):
             return f"GPU reset failed at {played.failed_task or played.task}: {played.reason}"
         return None
@@ -193,6 +202,7 @@ class Steps:
             if out.error:
                 return f"not rebooted: the drain failed: {out.error}"
         played = plays.reboot(self.inv, self.host, self._why())
+        _held_at_lease(played)
         if played.status in ("failed", "unreachable"):
             return f"reboot failed at {played.failed_task or played.task}: {played.reason}"
         return None

@@ -1,5 +1,7 @@
 """The node-side plays of remediation: every task traceable by its id, no shell line (each
-command an argv list, each value an extra var), and the reboot is the install's own role."""
+command an argv list, each value an extra var), the reboot is the install's own role, and
+each play takes the node's lease (install's) before anything else and gives it back in an
+always around everything that changes the node."""
 
 from __future__ import annotations
 
@@ -13,12 +15,16 @@ from gpuboot.remediate import plays
 NAME = re.compile(r"^REMEDIATE-\d{3} \| (AUDIT|PATCH) \| \S")
 
 
+def _flat(tasks: list[dict]) -> list[dict]:
+    out = []
+    for task in tasks:
+        out += [task, *_flat(task.get("block", [])), *_flat(task.get("always", []))]
+    return out
+
+
 def _tasks(play: str) -> list[dict]:
     (doc,) = yaml.safe_load(play)
-    out = []
-    for task in doc["tasks"]:
-        out += [task, *task.get("block", []), *task.get("always", [])]
-    return out
+    return _flat(doc["tasks"])
 
 
 @pytest.mark.parametrize("play", [plays.RESET_PLAY, plays.REBOOT_PLAY])
@@ -39,5 +45,22 @@ def test_the_reset_names_its_gpus_through_a_variable_and_restarts_what_it_stoppe
 
 def test_the_reboot_is_the_install_roles_own_with_a_recorded_request():
     tasks = _tasks(plays.REBOOT_PLAY)
-    assert tasks[0]["ansible.builtin.copy"]["dest"].endswith("reboot-required.gpuboot-remediate")
-    assert tasks[-1]["ansible.builtin.import_role"] == {"name": "gpuboot_reboot"}
+    (request,) = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
+    assert request["dest"].endswith("reboot-required.gpuboot-remediate")
+    reboot = [t for t in tasks if "ansible.builtin.import_role" in t]
+    assert reboot == [t for t in tasks if t["name"].startswith("REMEDIATE-011")]
+    assert reboot[0]["ansible.builtin.import_role"] == {"name": "gpuboot_reboot"}
+
+
+@pytest.mark.parametrize("play", [plays.RESET_PLAY, plays.REBOOT_PLAY])
+def test_the_node_lease_is_taken_first_and_given_back_around_every_change(play):
+    (doc,) = yaml.safe_load(play)
+    take, work = doc["tasks"]
+    # install's lease: the same module, its default path, the inventory's ttl
+    assert take["gpuboot.node.lease"] == {"ttl": "{{ gpuboot_lease_ttl | default(7200) }}"}
+    assert take["name"].startswith(plays.LEASE_TASKS)
+    (give,) = work["always"]
+    assert give["gpuboot.node.lease"] == {"state": "released"}
+    inside = _flat(work["block"])
+    assert inside and not [t for t in inside if "gpuboot.node.lease" in t]
+    assert [t for t in inside if "PATCH" in t["name"]] and "PATCH" not in take["name"]

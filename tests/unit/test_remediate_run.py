@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,6 +104,46 @@ def test_a_reboot_that_certifies_ends_it_and_the_same_fault_later_climbs(
     third = R.run_ladder(inv, report=_report(tmp_path / "c", {"n1": "FAIL"}))
     assert third.nodes[0].climb.skipped.startswith("quarantined")
     assert steps["reboots"] == ["n1"]
+
+
+HELD_BY = (
+    "node held by another gpuboot run: controller hall-b home ba9876543210 "
+    "(run 20261127T130000-install-abcdef, taken 2026-11-27T13:00:00Z, ...)"
+)
+
+
+def test_another_controllers_node_lease_holds_the_reboot_back_without_climbing(
+    steps, tmp_path, monkeypatch
+):
+    def refused(inv, host, reason):
+        steps["reboots"].append(host)
+        return HostResult(
+            host=host, failed=1, failed_task="REMEDIATE-000 | AUDIT | Take ...", reason=HELD_BY
+        )
+
+    monkeypatch.setattr(plays, "reboot", refused)
+    monkeypatch.setattr(S.Steps, "_reinstall", lambda self: pytest.fail("climbed past a hold"))
+    out = R.run_ladder(_inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}))
+    (step,) = out.nodes[0].climb.steps
+    assert (step.step, step.result) == ("reboot", LD.HELD)
+    assert step.detail == f"not touched: {HELD_BY}" and out.exit_code == 1
+    # the next run tries the reboot again: a held step was no action on the node
+    past = record.past_of("n1", record.read(out.history))
+    assert LD.plan(out.nodes[0].climb.fault, past, time.time() + 1)[0] == "reboot"
+
+
+def test_another_controllers_node_lease_holds_a_reinstall_back(steps, tmp_path, monkeypatch):
+    from gpuboot import install
+
+    refused = HostResult(host="n1", failed=1, failed_task="INST-004 | AUDIT | Take ...",
+                         reason=HELD_BY)  # fmt: skip
+    monkeypatch.setattr(plays, "reboot", lambda *a: HostResult(host="n1", ok=1))
+    monkeypatch.setattr(install, "install", lambda *a, **kw: SimpleNamespace(hosts={"n1": refused}))
+    steps["verdicts"] = ["FAIL"]
+    out = R.run_ladder(_inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}))
+    got = [(s.step, s.result) for s in out.nodes[0].climb.steps]
+    assert got == [("reboot", "failed"), ("reinstall", "held")]
+    assert "hall-b" in out.nodes[0].climb.steps[-1].detail
 
 
 def test_a_certify_that_cannot_judge_is_unknown_not_a_climb(steps, tmp_path):
