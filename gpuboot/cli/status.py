@@ -3,6 +3,9 @@ node and --history, that node's timeline."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from gpuboot.cli import options
 from gpuboot.cli.outcome import Outcome, progress
 from gpuboot.errors import EXIT_OK
@@ -38,18 +41,40 @@ def register(verbs, common) -> None:
         nargs="?",
         const=TIMELINE,
         metavar="FILE",
-        help=f"with NODE: show its timeline. FILE: the {options.HISTORY_HELP}",
+        help="with NODE (named first: status NODE --history): show its timeline. FILE, "
+        f"which must exist (a value here is never a node): the {options.HISTORY_HELP}",
     )
     stv.set_defaults(func=run)
 
 
-def run(args) -> Outcome:
-    from pathlib import Path
+def scan_history(value: str | None, node: str | None) -> Path | None:
+    """The scan history FILE --history names (None: the default one). The value after
+    --history is always a file, as on every other verb, and must be one: read as an empty
+    history, a node's name (`status --history node1`) showed nothing and exited 0."""
+    if value in (None, TIMELINE):
+        return None
+    path = Path(value)
+    if path.is_file():
+        return path
+    from gpuboot.errors import BadInput
 
+    state = "is a directory" if path.is_dir() else "does not exist"
+    name = shlex.quote(node or value)
+    raise BadInput(
+        f"no scan history file {value!r} ({path.absolute()} {state}): the value after "
+        "--history is a scan history FILE, never a node",
+        where="gpuboot status --history",
+        hint=f"gpuboot status {name} --history (node {node or value}'s timeline: the node "
+        "first, --history last), or gpuboot status --history PATH with an existing scan "
+        "history file",
+    )
+
+
+def run(args) -> Outcome:
     from gpuboot import status
     from gpuboot.cli import render
 
-    history = Path(args.history) if args.history not in (None, TIMELINE) else None
+    history = scan_history(args.history, args.node)
     if args.node and args.history:
         from gpuboot import timeline
 

@@ -179,3 +179,21 @@ def test_history_with_a_file_still_names_the_scan_history(tmp_path, guard, capsy
     assert "n7" in hosts
     assert cli.main(["status", "n7", "--history", str(other), "--json"]) == 0
     assert [e["kind"] for e in json.loads(capsys.readouterr().out)["entries"]] == ["scan"]
+
+
+def test_a_node_after_history_is_refused_as_a_missing_file_naming_the_fix(
+    tmp_path, guard, capsys, monkeypatch
+):
+    # `--history FILE` names a scan history on every verb: a node there read as an empty
+    # file showed nothing and exited 0
+    _story(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["status", "--history", "node1", "--json"]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert "no scan history file 'node1'" in err["message"]
+    assert str(tmp_path / "node1") in err["message"] and "never a node" in err["message"]
+    assert err["hint"].startswith("gpuboot status node1 --history ")
+    (tmp_path / "hist.d").mkdir()
+    assert cli.main(["status", "node1", "--history", "hist.d"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert guard == []
