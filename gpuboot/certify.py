@@ -12,6 +12,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.profiles import load_profile
 from gpuboot.results import BundleReport, NodeReport, RunReport
+from gpuboot.verdict import BAD
 
 
 def certify(
@@ -122,24 +124,68 @@ def _vouched(root: Path, manifest: Manifest | str | None, key: Any) -> str:
 
 
 def _partial(
-    evidence: Evidence, ctx: rules.NodeContext, only: list[str] | None
+    evidence: Evidence, ctx: rules.NodeContext, only: list[str] | None, hand_collected: bool
 ) -> list[rules.Finding]:
     """Every rule's finding; a bundle naming a subset of rules (real captures) is judged on
-    those, the others are ERROR: partial evidence never makes a node PASS."""
-    judged = {f.rule: f for f in rules.evaluate(evidence, ctx, only)}
+    those. A rule left out is SKIPPED "not judged" in a bundle of hand-collected outputs that
+    holds none of its files (it did not run: nobody gave its output); else ERROR, as in a
+    collected bundle, where a file it lacks went missing."""
+    nothing = hand_collected and not only  # no file held feeds any rule
+    judged = {} if nothing else {f.rule: f for f in rules.evaluate(evidence, ctx, only)}
     covered = ", ".join(judged) or "no rule"
     return [
         judged.get(rule.id)
-        or rules.Finding(
-            rule.id,
-            rule.title,
-            rules.ERROR,
-            f"not judged: partial evidence, the bundle covers only {covered}",
-            "certify the node to judge every rule",
-            rule.severity,
+        or (
+            _not_in_bundle(rule, evidence if nothing else None)
+            if hand_collected and not _holds(evidence, rule)
+            else rules.Finding(
+                rule.id,
+                rule.title,
+                rules.ERROR,
+                f"not judged: partial evidence, the bundle covers only {covered}",
+                "certify the node to judge every rule",
+                rule.severity,
+            )
         )
         for rule in rules.RULES
     ]
+
+
+NOT_IN_BUNDLE = "not in the bundle"
+
+
+def _holds(evidence: Evidence, rule: rules.Rule) -> bool:
+    """Whether any file of the host is one the rule reads (in any of its forms)."""
+    return any(fnmatch.fnmatchcase(n, p) for p in rule.evidence for n in evidence)
+
+
+def _not_in_bundle(rule: rules.Rule, unread: Evidence | None) -> rules.Finding:
+    """SKIPPED naming the files the rule reads; ``unread``: the host's files when none
+    feeds any rule (the node has nothing to judge, so its verdict is ERROR)."""
+    forms = rule.evidence
+    names = ", ".join(forms[:3]) + (f" or {len(forms) - 3} other forms" if len(forms) > 3 else "")
+    reason = f"not judged: {names} {NOT_IN_BUNDLE}"
+    if unread is not None:
+        held = ", ".join(sorted(unread)[:5]) or "no output"
+        reason += f"; nothing to judge: no rule reads {held}"
+    return rules.Finding(
+        rule.id,
+        rule.title,
+        rules.SKIPPED,
+        reason,
+        "add that output to the bundle, or certify the node to judge every rule",
+        rule.severity,
+    )
+
+
+def _partial_verdict(report: NodeReport) -> NodeReport:
+    """A bundle missing some rules' files is partial: what it holds may FAIL the node, but
+    never pass it (ERROR: not everything was judged)."""
+    if report.verdict in BAD or not any(
+        f.status == rules.SKIPPED and NOT_IN_BUNDLE in f.reason for f in report.findings
+    ):
+        return report
+    return replace(report, verdict=rules.ERROR)
 
 
 # Judging is CPU-bound and each host independent: a large bundle is judged on every core,
@@ -213,7 +259,11 @@ def _judge_host(
     ctx = rules.NodeContext(
         host=host, profile=node_profile, hostvars=meta.get("pins") or {}, meta=meta
     )
-    return _node_report(host, _partial(evidence, ctx, _rules_of(evidence, meta)))
+    # Hand-collected: no manifest vouches for the files and gpuboot's collection (which
+    # records "outputs") did not write them; only there is a file absent "not given".
+    hand_collected = manifest is None and "outputs" not in meta
+    findings = _partial(evidence, ctx, _rules_of(evidence, meta), hand_collected)
+    return _partial_verdict(_node_report(host, findings))
 
 
 def _rules_of(evidence: Evidence, meta: dict[str, Any]) -> list[str] | None:
@@ -222,12 +272,7 @@ def _rules_of(evidence: Evidence, meta: dict[str, Any]) -> list[str] | None:
     after their commands and no list, the rules that read any file it holds (in any form)."""
     if meta.get("rules") or "outputs" in meta:
         return meta.get("rules")
-    names = list(evidence)
-    found = [
-        r.id
-        for r in rules.RULES
-        if any(fnmatch.fnmatchcase(n, p) for p in r.evidence for n in names)
-    ]
+    found = [r.id for r in rules.RULES if _holds(evidence, r)]
     return found or None
 
 

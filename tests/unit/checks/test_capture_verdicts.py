@@ -63,10 +63,12 @@ def test_capture_gets_its_verdict(judged, i):
         first = next(iter(case["expect"]))
         assert says in got[first]["reason"], got[first]
     # a bundle of one tool's output never certifies the node: rules it holds no evidence
-    # for are not judged (partial evidence), and the node is not PASS
+    # for are not judged (SKIPPED: not in the bundle), and the node is not PASS
     assert node["verdict"] != "PASS"
     untouched = [f for f in node["findings"] if f["rule"] in ("STK-001", "MOD-001")]
-    assert all("partial evidence" in f["reason"] for f in untouched), untouched
+    assert all(
+        f["status"] == "SKIPPED" and "not in the bundle" in f["reason"] for f in untouched
+    ), untouched
 
 
 def test_every_capture_file_is_judged_or_named_as_not_judged_alone():

@@ -37,11 +37,14 @@ def test_capture_gets_the_verdict_its_description_warrants(reports, bundle, host
     node = reports[(bundle, host)]
     got = {f["rule"]: f["status"] for f in node["findings"] if f["rule"] in expect}
     assert got == expect, [f for f in node["findings"] if f["status"] != expect.get(f["rule"])]
-    # the bundle carries evidence for these rules only: the others are not judged, and
-    # partial evidence never makes the node PASS
+    # the bundle carries evidence for these rules only: the others are not judged (SKIPPED
+    # where it holds none of their files), and partial evidence never makes the node PASS
     rest = [f for f in node["findings"] if f["rule"] not in expect]
     assert rest and all(
-        f["status"] == "ERROR" and "partial evidence" in f["reason"] for f in rest
+        (f["status"], f["reason"].endswith("not in the bundle"))
+        in (("SKIPPED", True), ("ERROR", False))
+        and f["reason"].startswith("not judged: ")
+        for f in rest
     ), rest
     order = ("FAIL", "ERROR", "WARN", "PASS")
     assert node["verdict"] == next(s for s in order if s in {*expect.values(), "ERROR"})
