@@ -29,6 +29,13 @@ def register(verbs: argparse._SubParsersAction, common: argparse.ArgumentParser)
         help="node OS: debian, el8, el9 or el10 (real dnf/rpm, emulated EL identity); "
         "a comma list (debian,el9) gives the nodes these OSes in turn",
     )
+    up.add_argument(
+        "--halls",
+        type=int,
+        default=0,
+        help="split the nodes over this many halls: each an internal network the controller "
+        "cannot reach, served by an executor on the management network (default 0: none)",
+    )
     up.set_defaults(func=cmd_lab_up)
     image = lab_verbs.add_parser("image", parents=[common], help="build the node image (cached)")
     image.add_argument(
@@ -71,18 +78,30 @@ def cmd_lab_up(args) -> Outcome:
         progress=_progress(args),
         stack=args.stack,
         os_spec=args.os,
+        halls=args.halls,
     )
     doc = {
         "lab": created.name,
         "profile": created.profile,
         "inventory": str(created.inventory),
-        "nodes": [{"name": n.name, "ip": n.ip, "os": n.os} for n in created.nodes],
+        "nodes": [
+            {"name": n.name, "ip": n.ip, "os": n.os, **({"domain": n.domain} if n.domain else {})}
+            for n in created.nodes
+        ],
+        "halls": [
+            {"domain": h.domain, "subnet": h.subnet, "executor": h.executor, "ip": h.executor_ip}
+            for h in created.halls
+        ],
     }
     oses = ", ".join(sorted({n.os for n in created.nodes}))
+    halls = "".join(
+        f"{h.domain}: {h.subnet}, executor {h.executor} at {h.executor_ip}\n" for h in created.halls
+    )
+    setup = f"gpuboot executor setup -i {created.inventory} && " if created.halls else ""
     text = (
         f"lab {created.name}: {len(created.nodes)} x {created.profile} ({oses}) up\n"
-        f"inventory: {created.inventory}\n"
-        f"next: gpuboot install -i {created.inventory}"
+        f"{halls}inventory: {created.inventory}\n"
+        f"next: {setup}gpuboot install -i {created.inventory}"
     )
     return Outcome(EXIT_OK, doc, text)
 
@@ -113,6 +132,17 @@ def cmd_lab_status(args) -> Outcome:
         (entry["lab"], entry["profile"], n["name"], n["os"], n["ip"], n["state"])
         for entry in labs
         for n in entry["nodes"]
+    ] + [
+        (
+            entry["lab"],
+            entry["profile"],
+            e["name"],
+            f"executor of {e['domain']}",
+            e["ip"],
+            e["state"],
+        )
+        for entry in labs
+        for e in entry.get("executors", ())
     ]
     text = table(("lab", "profile", "node", "os", "ip", "state"), rows) if rows else "no labs"
     return Outcome(EXIT_OK, {"labs": labs}, text)
