@@ -18,6 +18,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,17 @@ class Executor:
     argv: tuple[str, ...]  # reaches the supervisor; its subcommand is appended
 
     @classmethod
-    def over_ssh(cls, name: str, host: str, options: tuple[str, ...] = ()) -> Executor:
+    def over_ssh(
+        cls, name: str, host: str, options: tuple[str, ...] = (), command: str = WORKER_COMMAND
+    ) -> Executor:
+        """``command`` reaches the executor's shell: the caller passes a checked path."""
         if not host or host.startswith("-") or any(c.isspace() or ord(c) < 32 for c in host):
             raise BadInput(
                 f"executor address {host!r} is not a host name",
                 where=f"executor {name}: ansible_host",
                 hint="set ansible_host of the executor to its name or address",
             )
-        return cls(name, ("ssh", *SSH_OPTIONS, *options, "--", host, WORKER_COMMAND))
+        return cls(name, ("ssh", *SSH_OPTIONS, *options, "--", host, command))
 
     def command(self, *args: str) -> list[str]:
         return [*self.argv, *args]
@@ -105,14 +109,21 @@ def _end_channel(proc: subprocess.Popen, grace_s: float) -> None:
             proc.wait()
 
 
-def _consume(reader: WireReader, journal: Journal, artifacts_dir: Path) -> str | None:
-    """Journal every unit; why the stream stopped short, or None when it closed between units."""
+OnEvent = Callable[[dict[str, Any]], None]
+
+
+def _consume(
+    reader: WireReader, journal: Journal, artifacts_dir: Path, on_event: OnEvent | None
+) -> str | None:
+    """Journal every unit; why the stream stopped short, or None when it closed between units.
+    ``on_event`` sees each job event once, after it is journaled."""
     try:
         for unit in reader.units():
             if unit.kind == "status":
                 journal.status(unit.data, reader.offset)
             elif unit.kind == "event":
-                journal.event(unit.data, reader.offset)
+                if journal.event(unit.data, reader.offset) and on_event is not None:
+                    on_event(unit.data)
             elif unit.kind == "artifacts":
                 artifacts.unpack(unit.data, artifacts_dir)
                 journal.rc(_read_rc(artifacts_dir), reader.offset)
@@ -140,6 +151,7 @@ def _run_channel(
     shard_dir: Path,
     journal: Journal,
     feed: Callable[[Any], None] | None,
+    on_event: OnEvent | None,
 ) -> ShardOutcome:
     shard_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
@@ -164,7 +176,7 @@ def _run_channel(
         offset=journal.replay.offset,
     )
     try:
-        cut = _consume(reader, journal, shard_dir / "artifacts")
+        cut = _consume(reader, journal, shard_dir / "artifacts", on_event)
     finally:
         _end_channel(proc, job.grace_s)
         proc.stdout.close()
@@ -190,7 +202,9 @@ def _last_words(path: Path) -> str:
         return ""
 
 
-def run_shard(job: ShardJob, executor: Executor, shard_dir: Path) -> ShardOutcome:
+def run_shard(
+    job: ShardJob, executor: Executor, shard_dir: Path, on_event: OnEvent | None = None
+) -> ShardOutcome:
     """Transmit ``job`` to ``executor`` and read its stream to the end, journaled under
     ``shard_dir`` (journal.jsonl, artifacts/, channel.err)."""
     argv = executor.command(
@@ -203,13 +217,15 @@ def run_shard(job: ShardJob, executor: Executor, shard_dir: Path) -> ShardOutcom
         job.on_detach,
     )
     journal = Journal(shard_dir / "journal.jsonl")
-    return _run_channel(job, argv, shard_dir, journal, lambda pipe: _transmit(job, pipe))
+    return _run_channel(job, argv, shard_dir, journal, partial(_transmit, job), on_event)
 
 
-def attach_shard(job: ShardJob, executor: Executor, shard_dir: Path) -> ShardOutcome:
+def attach_shard(
+    job: ShardJob, executor: Executor, shard_dir: Path, on_event: OnEvent | None = None
+) -> ShardOutcome:
     """Read the rest of a shard's spooled stream from where its journal stops: after the
     controller's side went away, every event arrives once."""
     journal = Journal(shard_dir / "journal.jsonl")
     offset = str(journal.replay.offset)
     argv = executor.command("attach", "--job-id", job.job_id, "--offset", offset)
-    return _run_channel(job, argv, shard_dir, journal, None)
+    return _run_channel(job, argv, shard_dir, journal, None, on_event)

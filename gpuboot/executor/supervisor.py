@@ -9,6 +9,9 @@ without ever blocking on it: when the controller goes away the job goes on into 
 the spool again from any offset. SIGTERM or SIGINT (or ``cancel``) asks the worker to
 cancel, which returns its artifacts; whatever of the job is still running after the grace
 period, or after the worker ended however it ended, is killed by pid and process group.
+The play is not transmitted: the job names one of the executor's own shipped playbooks
+(gpuboot runs here at the controller's version), and the supervisor sets gpuboot's Ansible
+settings with this executor's paths before the worker reads the job.
 The job's data directory (the transmitted inventory, variables and keys) is removed at
 every end; the spool waits for ``release`` or the collector. The supervisor's last line on
 the stream, after the worker's, says how the worker ended.
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -30,7 +34,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from gpuboot.errors import GpubootError
+from gpuboot import paths
+from gpuboot.errors import BadInput, GpubootError
 from gpuboot.executor import jobs, procs
 from gpuboot.executor.stream import JOB_ID, ON_DETACH
 from gpuboot.executor.versions import local_versions
@@ -42,6 +47,8 @@ ENV_ALLOWED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGN
 _CHUNK = 64 * 1024
 # A controller that takes no bytes for this long has gone: the rest stays in the spool.
 FORWARD_STALL_S = 30.0
+KWARGS_MAX = 1 << 20  # the transmit's first line: runner's arguments, a few KB
+PLAYBOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\.ya?ml")
 
 
 def scrubbed_env(environ: dict[str, str]) -> dict[str, str]:
@@ -78,9 +85,52 @@ class _Forward:
                 self._cancel.set()
 
 
-def _pump_stdin(pipe: IO[bytes]) -> None:
+def _read_first_line() -> tuple[bytes, bytes]:
+    """The transmit's first line (its kwargs) from stdin, and what was read past it."""
+    data = b""
+    while b"\n" not in data and len(data) <= KWARGS_MAX:
+        chunk = os.read(0, _CHUNK)
+        if not chunk:
+            break
+        data += chunk
+    line, newline, rest = data.partition(b"\n")
+    if not newline or len(line) > KWARGS_MAX:
+        raise BadInput("the transmitted job does not start with its kwargs line", where="stdin")
+    return line, rest
+
+
+def job_kwargs(line: bytes, job: jobs.Job, playbooks: Path) -> bytes:
+    """The transmit's kwargs line as this executor runs it: the playbook a bare name of
+    one of ITS shipped playbooks (the play is not transmitted; gpuboot runs here at the
+    controller's version), gpuboot's own Ansible settings with paths on this executor."""
+    from gpuboot.runner import ansible_env, config_env
+
+    try:
+        doc = json.loads(line)
+        kwargs = doc["kwargs"]
+        name = kwargs["playbook"]
+    except (ValueError, KeyError, TypeError):
+        raise BadInput("the transmitted kwargs are not a job", where="stdin") from None
+    playbook = playbooks / str(name)
+    if not PLAYBOOK_NAME.fullmatch(str(name)) or not playbook.is_file():
+        raise BadInput(
+            f"playbook {name!r} is not one of this executor's shipped playbooks",
+            where=str(playbooks),
+            hint="name a playbook of gpuboot/ansible/playbooks (the same gpuboot version)",
+        )
+    strategy = str((kwargs.pop("gpuboot", None) or {}).get("strategy", "linear"))
+    run_dir = paths.private_dir(job.dir / "run")
+    env = {**ansible_env(run_dir, strategy), **config_env(run_dir)}
+    kwargs["playbook"] = str(playbook)
+    kwargs["envvars"] = {**(kwargs.get("envvars") or {}), **env}
+    return json.dumps(doc).encode()
+
+
+def _pump_stdin(pipe: IO[bytes], first: bytes) -> None:
     """The transmitted job into the worker (it reads up to the stream's own end)."""
     try:
+        pipe.write(first)
+        pipe.flush()
         while chunk := os.read(0, _CHUNK):
             pipe.write(chunk)
             pipe.flush()
@@ -113,7 +163,16 @@ def _write_meta(job: jobs.Job, **fields: object) -> None:
     job.meta.write_text(json.dumps({**doc, **fields}))
 
 
-def serve(job: jobs.Job, keepalive_s: str, on_detach: str, grace_s: float, lock_fd: int) -> None:
+def serve(
+    job: jobs.Job,
+    keepalive_s: str,
+    on_detach: str,
+    grace_s: float,
+    lock_fd: int,
+    playbooks: Path,
+) -> None:
+    line, rest = _read_first_line()
+    first = job_kwargs(line, job, playbooks) + b"\n" + rest  # refused before the worker starts
     procs.become_subreaper()
     cancel = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,7 +180,7 @@ def serve(job: jobs.Job, keepalive_s: str, on_detach: str, grace_s: float, lock_
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed session is a detach, not an end
     worker = _start_worker(job, keepalive_s, lock_fd)
     _write_meta(job, supervisor_pid=os.getpid(), worker_pid=worker.pid, started=time.time())
-    threading.Thread(target=_pump_stdin, args=(worker.stdin,), daemon=True).start()
+    threading.Thread(target=_pump_stdin, args=(worker.stdin, first), daemon=True).start()
     out = worker.stdout.fileno()
     ended: list[int] = []
     with job.spool.open("ab") as spool:
@@ -210,6 +269,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs-dir", help="default: $GPUBOOT_EXECUTOR_JOBS, else $GPUBOOT_HOME/executor"
     )
+    parser.add_argument(
+        "--playbooks-dir",
+        type=Path,
+        default=paths.PLAYBOOKS_DIR,
+        help="where a job's playbook name is looked up (default: gpuboot's shipped playbooks)",
+    )
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     def job_verb(name: str, text: str) -> argparse.ArgumentParser:
@@ -256,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         jobs.collect_garbage(root)
         lock_fd = jobs.claim(job)
         try:
-            serve(job, str(args.keepalive_seconds), args.on_detach, args.grace_seconds, lock_fd)
+            serve(
+                job,
+                str(args.keepalive_seconds),
+                args.on_detach,
+                args.grace_seconds,
+                lock_fd,
+                args.playbooks_dir,
+            )
         finally:  # however serve ended (a full disk, a bug): no process, no secret left
             procs.end_tree(os.getpid())
             shutil.rmtree(job.data, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuboot.errors import BadInput, ConfigError
 from gpuboot.inventory.connection import check_connection, check_host_names
+from gpuboot.inventory.executors import ExecutorEntry, check_served, split_executors
 from gpuboot.inventory.files import check_files
 from gpuboot.inventory.hosts import HostView, check_hosts
 
@@ -62,6 +63,8 @@ class Inventory:
     path: Path  # absolute: ansible-runner and testinfra read it from other directories
     views: dict[str, HostView]  # host -> its view, in inventory order
     patterns: _HostPatterns = field(compare=False, repr=False)
+    # execution nodes (group gpuboot_executors): never targets, never in ``views``
+    executors: dict[str, ExecutorEntry] = field(default_factory=dict)
 
     @cached_property
     def hosts(self) -> dict[str, dict[str, Any]]:
@@ -115,7 +118,19 @@ def load_inventory(path: str | Path) -> Inventory:
     check_host_names(path, hosts, groups)
     for host, hostvars in hosts.items():
         check_connection(path, host, hostvars)
-    return Inventory(path=path, views=check_hosts(path, hosts), patterns=_HostPatterns(manager))
+    hosts, executors = split_executors(path, hosts)
+    if not hosts:
+        raise ConfigError(
+            "inventory defines no hosts besides its executors",
+            where=str(path),
+            hint="list the GPU hosts under `all: hosts:` or a group other than gpuboot_executors",
+        )
+    return Inventory(
+        path=path,
+        views=check_hosts(path, hosts),
+        patterns=_HostPatterns(manager),
+        executors=executors,
+    )
 
 
 def _ansible_hosts(path: Path) -> tuple[dict[str, dict[str, Any]], set[str], Any]:
@@ -165,14 +180,17 @@ def _variables(path: Path, host: str, hv: dict[Any, Any]) -> dict[str, Any]:
 def select_hosts(inv: Inventory, limit: str | None) -> list[str]:
     """The exact hosts a verb works on: ``--limit`` read once, by Ansible's own rules
     (groups, wildcards, ``a:b``/``a,b`` lists, ``!`` and ``&``). Every verb hands these
-    names on as they are, so testinfra never re-reads the pattern its own way."""
+    names on as they are, so testinfra never re-reads the pattern its own way. Executors
+    are never selected, and every domain of a selected host must have one."""
     if not limit:
-        return list(inv.hosts)
-    hosts = inv.patterns.match(limit)
+        hosts = list(inv.hosts)
+    else:
+        hosts = [h for h in inv.patterns.match(limit) if h in inv.views]
     if not hosts:
         raise BadInput(
             f"--limit {limit!r} matches no host of the inventory",
             where=str(inv.path),
             hint="use a host or group name the inventory defines",
         )
+    check_served(inv.path, inv.hosts, inv.executors, hosts)
     return hosts

@@ -99,7 +99,8 @@ def _supervisor(tmp_path: Path) -> Executor:
     return Executor(
         "local",
         ("env", f"{SENTINEL_VAR}={SENTINEL}", sys.executable, "-m", "gpuboot.executor.supervisor",
-         "--jobs-dir", str(tmp_path / "jobs")),
+         "--jobs-dir", str(tmp_path / "jobs"),
+         "--playbooks-dir", str(tmp_path / "job" / "project")),  # job_data's plays
     )  # fmt: skip
 
 
