@@ -18,6 +18,7 @@ from gpuboot.checks import (
     gpu_rules,
     imex_rules,
     pci_rules,
+    rdma_pod_rules,
     roce_rules,
     stack_rules,
     topo_rules,
@@ -40,6 +41,8 @@ from gpuboot.checks.base import (  # noqa: F401  (re-exported: the rules' public
 from gpuboot.components import Table
 from gpuboot.errors import ConfigError, GpubootError
 from gpuboot.evidence.forms import patterns as _forms  # every form of a tool's output
+from gpuboot.evidence.rdma_cm import RDMA_CM_FILE
+from gpuboot.evidence.rdma_system import RDMA_SYSTEM_FILE
 
 # ------------------------------------------------------------------------- rules
 check_gpu_count = gpu_rules.check_gpu_count  # every nvidia-smi form, lost GPUs named
@@ -372,6 +375,68 @@ RULES: tuple[Rule, ...] = (
         "buffer): check PFC/ECN (NIC-002, NIC-003) and the switch port",
         roce_rules.check_roce_counters,
         _forms("ethtool_stats"),
+    ),
+    Rule(
+        "RDM-001",
+        "every rail PF has gpuboot_rdma_vfs SR-IOV VFs (sriov)",
+        FAIL,
+        "re-create the VFs (`gpuboot install --tags RDM-001`: writes sriov_numvfs through "
+        "gpuboot-rdma-vfs.service); no SR-IOV or too few allowed: `mlxconfig -d PCI set SRIOV_EN=1 "
+        "NUM_OF_VFS=N`, then reboot",
+        rdma_pod_rules.check_vf_count,
+        (rdma_pod_rules.SRIOV_FILES,),
+        fault_first=True,
+    ),
+    Rule(
+        "RDM-002",
+        "every rail PF at the RDMA MTU; every VF with an RDMA device and a netdev at it (sriov)",
+        FAIL,
+        "re-apply the VFs and MTUs (`gpuboot install --tags RDM-002`); a VF without an RDMA "
+        "device: check that mlx5_ib is loaded (`lsmod`) and the VF is bound to mlx5_core",
+        rdma_pod_rules.check_vf_devices,
+        (rdma_pod_rules.SRIOV_FILES,),
+        fault_first=True,
+    ),
+    Rule(
+        "RDM-003",
+        "a RoCE v2 GID on each rail port and each VF's RDMA device",
+        FAIL,
+        "give the rail (and VF) netdevs their addresses and re-apply (`gpuboot install --tags "
+        "RDM-003`); read the GID types under /sys/class/infiniband/DEV/ports/1/gid_attrs/types",
+        rdma_pod_rules.check_v2_gids,
+        (rdma_pod_rules.SRIOV_FILES,),
+        fault_first=True,
+    ),
+    Rule(
+        "RDM-004",
+        "RDMA netns mode matches gpuboot_rdma_cni (exclusive for sriov, shared for shared)",
+        FAIL,
+        "set the mode (`gpuboot install --tags RDM-004`: `rdma system set netns MODE` and "
+        "ib_core netns_mode in /etc/modprobe.d/gpuboot-rdma.conf for the next boot)",
+        rdma_pod_rules.check_netns_mode,
+        (RDMA_SYSTEM_FILE,),
+        fault_first=True,
+    ),
+    Rule(
+        "RDM-005",
+        "RDMA CM default mode RoCE v2 and ToS gpuboot_rdma_cm_dscp << 2 on rail and VF devices",
+        FAIL,
+        "re-apply RDMA CM's defaults (`gpuboot install --tags RDM-005`: default_roce_mode and "
+        "default_roce_tos under /sys/kernel/config/rdma_cm/DEV/ports/1)",
+        rdma_pod_rules.check_cm_defaults,
+        (RDMA_CM_FILE, rdma_pod_rules.SRIOV_FILES),
+        fault_first=True,
+    ),
+    Rule(
+        "RDM-006",
+        "each VF's physfn is the rail NIC of its GPU as the profile's topology says (sriov)",
+        FAIL,
+        "the rail netdev is not on the PCI function the profile names for its GPU: fix the "
+        "netdev names (udev) or the profile's nics[], then re-create the VFs (`gpuboot install "
+        "--tags RDM-001`)",
+        rdma_pod_rules.check_vf_rails,
+        (rdma_pod_rules.SRIOV_FILES,),
+        fault_first=True,
     ),
     Rule(
         "MOD-001",
