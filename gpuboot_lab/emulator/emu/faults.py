@@ -43,6 +43,15 @@ USAGE = {
     + "; a NIC only for ib_write_bw: that rail alone)",
     "probe-hang": "probe-hang PROBE   (PROBE never returns and ignores `timeout`'s SIGTERM, as a "
     "tool stuck in the kernel does: only the controller's deadline ends the wait)",
+    "vfs-gone": "vfs-gone [HCA|NETDEV]   (a firmware reset takes the rail's VFs (default the first "
+    "rail) until sriov_numvfs is written again; clearing puts them back if nothing did)",
+    "rdma-netns-wrong": "rdma-netns-wrong   (the RDMA subsystem flips to the other namespace mode, "
+    "shared <-> exclusive; clearing flips it back if nothing set it meanwhile)",
+    "no-v2-gid": "no-v2-gid [HCA|NETDEV]   (that port or VF has no RoCE v2 GID; default the first "
+    "rail's first VF, the rail itself without VFs)",
+    "cm-tos-lossy": "cm-tos-lossy [HCA] [TOS]   (RDMA CM's default ToS of that device (default the "
+    "first rail) becomes TOS (default 0: best effort, a lossy queue); clearing restores it if "
+    "unchanged)",
     "runfile-driver": "runfile-driver [VERSION]   (what NVIDIA's .run installer leaves, no package "
     "owning it: /usr/bin/nvidia-installer, its log, kernel/drivers/video/nvidia.ko; "
     "`nvidia-installer --uninstall` removes them; survives reboots)",
@@ -175,6 +184,10 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
         if len(args) != 1 or args[0] not in PROBES:
             raise EmuError(usage)
         return args[:1]
+    if kind in ("vfs-gone", "rdma-netns-wrong", "no-v2-gid", "cm-tos-lossy"):
+        from . import sriov  # the RDMA-for-pods model knows its devices
+
+        return sriov.fault_args(node, kind, args, usage)
     if kind == "runfile-driver":
         version = args[0] if args else "550.54.15"
         if len(args) > 1 or not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
@@ -313,6 +326,10 @@ def add(node: Node, kind: str, args: list[str], survive_reboot: bool) -> dict[st
         from . import nic
 
         fault["saved"] = nic.drift(node, args[0])
+    if kind in ("vfs-gone", "rdma-netns-wrong", "cm-tos-lossy"):
+        from . import sriov
+
+        sriov.fault_add(node, fault)
     if kind == "runfile-driver":  # files on disk outlive a reboot: so does the fault
         _runfile_write(args[0])
         fault["survive_reboot"] = survive_reboot = True
@@ -346,6 +363,10 @@ def clear(node: Node, kind: str | None) -> int:
                 nic.undrift(node, gone["args"][0], gone["saved"])
             if gone["kind"] == "runfile-driver":
                 _runfile_remove()
+            if gone["kind"] in ("vfs-gone", "rdma-netns-wrong", "cm-tos-lossy"):
+                from . import sriov
+
+                sriov.fault_clear(node, gone)
         removed += len(store.get("faults", [])) - len(keep)
         store["faults"] = keep
     return removed
