@@ -9,11 +9,13 @@ import sys
 import time
 from typing import Any
 
-from . import faults, kfiles, kmod, kmsg, model, paths, state
+from . import faults, kfiles, kmod, kmsg, model, paths, sriov, state
 from .state import EmuError, Node
 
-# the kernel's and the bus's view (lspci reads the PCI bus: pciutils, not a driver package)
-KERNEL_TOOLS = ["lsmod", "modprobe", "rmmod", "modinfo", "dmesg", "lspci"]
+# the kernel's and the bus's view (lspci reads the PCI bus: pciutils, not a driver package;
+# rdma and ethtool ask the kernel over netlink; udevadm settle waits for its device events)
+KERNEL_TOOLS = ["lsmod", "modprobe", "rmmod", "modinfo", "dmesg", "lspci", "rdma", "ethtool"]
+KERNEL_TOOLS += ["udevadm"]
 SBIN = "/usr/local/sbin"
 UNIT = "/etc/systemd/system/gpuemu-boot.service"
 UNIT_WANTS = "/etc/systemd/system/sysinit.target.wants/gpuemu-boot.service"
@@ -167,6 +169,7 @@ def boot(force: bool = False) -> int:
         for fault in node.pstate.get("faults", []):
             if fault["kind"] == "xid" and fault["args"][0] != "79":
                 faults.trace(node, fault)
+        sriov.boot(node)
         node.vstate["booted"] = True
     return 0
 

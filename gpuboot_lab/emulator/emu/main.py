@@ -32,6 +32,10 @@ TOOLS: dict[str, tuple[str, str]] = {
     "rdma": ("roce", "rdma"),
     "show_gids": ("roce", "show_gids"),
     "ethtool": ("roce", "ethtool"),
+    "udevadm": ("sriov", "udevadm"),  # settle: the VFs written for come up
+    "mlxconfig": ("rdma_tools", "mlxconfig"),
+    "cma_roce_mode": ("rdma_tools", "cma_roce_mode"),
+    "cma_roce_tos": ("rdma_tools", "cma_roce_tos"),
     "ib_write_bw": ("ibbw", "main"),
     "nvbandwidth": ("probes", "nvbandwidth"),
     "all_reduce_perf": ("probes", "all_reduce_perf"),
