@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuboot import paths, transport
 from gpuboot.bundle.model import MAX_FILE_BYTES
+from gpuboot.collect import ended_short, parse_rc
 from gpuboot.errors import ParseError
 from gpuboot.evidence.packages import (
     DNF_MODULE_LIST,
@@ -46,32 +47,62 @@ EL_STREAM_QUERY = f"{RPM_QUERY}; printf '\\n{_STREAMS_MARK}%s\\n' \"$?\"; {DNF_M
 
 
 # NVIDIA's .run installer leaves files no package owns (the script says which and why);
-# its listing follows the package read in the same round trip, after a line carrying the
-# package read's exit status. install.yml runs the same file before any change.
+# its listing follows the package read in the same round trip. install.yml runs the same
+# file before any change.
 RUNFILE_SCRIPT = paths.PLAYBOOKS_DIR / "files" / "runfile-driver.sh"
-_RUNFILE_MARK = "--gpuboot-runfile prev-exit="
+# Each part of the answer (the package read, then the listing) is written to a file on the
+# node, then sent with the collection's trailer "<exit> <bytes>" (gpuboot.collect) on a line
+# of its own: an answer cut anywhere lacks a trailer or counts other bytes, and is no read
+# of the node (ERROR), never packages "not installed" that plan would install.
+_END = "--gpuboot-end"
+PACKAGES, RUNFILE = "packages", "runfile"
 # a node's listing is a few lines; more is not the script's answer
 _RUNFILE_MAX_LINES = 64
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+~-]{0,63}")
 
 
+class CutAnswer(ValueError):
+    """The node's answer is not all it wrote: no trailer, or another byte count."""
+
+
+def _part(name: str, body: str, stderr: str = "") -> str:
+    # the body in a subshell: it may end in `exit` (EL_STREAM_QUERY does)
+    return (
+        f'( {body}\n){stderr} >"$f"; rc=$?; cat "$f"; '
+        f'printf \'\\n{_END} {name} %s %s\\n\' "$rc" "$(wc -c <"$f")"'
+    )
+
+
 def with_runfile_read(query: str) -> str:
     """``query`` followed by the .run installer's traces (its stderr, the install's
-    refusal text, is not plan's)."""
-    script = RUNFILE_SCRIPT.read_text()
-    # the query in a subshell: it may end in `exit` (EL_STREAM_QUERY does)
-    return f"( {query} ); printf '\\n{_RUNFILE_MARK}%s\\n' \"$?\"; ( {script}\n) 2>/dev/null"
+    refusal text, is not plan's), each part ending in its trailer."""
+    return "\n".join(
+        (
+            "f=$(mktemp) || exit 97",
+            "trap 'rm -f \"$f\"' EXIT",
+            _part(PACKAGES, query),
+            _part(RUNFILE, RUNFILE_SCRIPT.read_text(), " 2>/dev/null"),
+        )
+    )
 
 
-def split_runfile_answer(stdout: str, rc: int) -> tuple[str, int, str | None]:
-    """with_runfile_read's answer -> (the query's output, its exit, the runfile listing or
-    None when the answer carries none: not read, which blocks nothing; a shell cut short
-    before the marker exits non-zero, and that exit stands for the package read)."""
-    before, found, rest = stdout.rpartition(f"\n{_RUNFILE_MARK}")
-    if not found:
-        return stdout, rc, None
-    status, _, listing = rest.partition("\n")
-    return before, int(status) if status.strip().isdigit() else 1, listing
+def split_runfile_answer(stdout: str) -> tuple[str, int, str]:
+    """with_runfile_read's answer -> (the query's output, its exit, the runfile listing);
+    CutAnswer naming the part that did not arrive whole."""
+    (out, rc), (listing, _) = _parts(stdout, (PACKAGES, RUNFILE))
+    return out, rc, listing
+
+
+def _parts(answer: str, names: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Each part's (output, exit), in order, each checked against its trailer's count."""
+    found, rest = [], answer
+    for name in names:
+        body, marked, tail = rest.partition(f"\n{_END} {name} ")
+        trailer, _, rest = tail.partition("\n")
+        if why := ended_short(name, len(body.encode()), trailer if marked else None):
+            raise CutAnswer(why)
+        found.append((body, parse_rc(trailer)))
+    return found
 
 
 def parse_runfile(listing: str) -> dict[str, Any] | None:
@@ -206,7 +237,12 @@ def read_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[
         return {"host": name, "error": exc.message}
     except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
         return _unreachable(name, exc)
-    out, rc, runfile = split_runfile_answer(cmd.stdout, cmd.rc)
+    try:
+        out, rc, runfile = split_runfile_answer(cmd.stdout)
+    except CutAnswer as exc:
+        # a shell that failed says why on stderr; one that ended well sent less than it wrote
+        why = (last_line(cmd.stderr) or f"exit {cmd.rc}") if cmd.rc else str(exc)
+        return {"host": name, "error": f"cannot read installed packages: {why}"}
     listing, unread = None, ""
     if streams:
         out, rc, listing, unread = split_stream_answer(out, rc)
@@ -222,7 +258,7 @@ def read_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[
         "family": family,
         "installed": installed,
         **({"streams": listing, "unread": unread} if streams else {}),
-        "outside_packages": parse_runfile(runfile) if runfile is not None else None,
+        "outside_packages": parse_runfile(runfile),
     }
 
 

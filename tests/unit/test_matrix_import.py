@@ -15,6 +15,7 @@ from testinfra.backend.local import LocalBackend
 from gpuboot import cli, matrix, transport
 from gpuboot.evidence.packages import installed_versions
 from gpuboot.stacks import compare, load_stack, mirror_packages
+from tests.unit.plan_answer import answer
 
 DPKG = Path(__file__).parents[1] / "fixtures" / "captures" / "dpkg"
 CONVERGED = (DPKG / "dpkg-query_-W.converged.txt").read_text()  # lts-550-cuda12.4, real
@@ -73,7 +74,7 @@ class _Host:
 
     def run(self, command):
         runfile = RUNFILE if self.name == "c3" else ""
-        out = ANSWERS[self.name] + "\n--gpuboot-runfile prev-exit=0\n" + runfile
+        out = answer(ANSWERS[self.name], runfile)
         return CommandResult(LocalBackend(), 0, command.encode(), out.encode(), b"")
 
 

@@ -9,6 +9,7 @@ from testinfra.backend.base import CommandResult
 from testinfra.backend.local import LocalBackend
 
 from gpuboot import cli, plan, remote, transport
+from tests.unit.plan_answer import answer
 
 HUNG = threading.Event()  # never set: the node's answer never comes
 
@@ -21,7 +22,7 @@ class _Host:
     def run(self, command):
         if not self.answers:
             HUNG.wait()
-        out = "nvidia-driver-550\t550.54.15-1\tii \n"
+        out = answer("nvidia-driver-550\t550.54.15-1\tii \n")
         return CommandResult(LocalBackend(), 0, command.encode(), out.encode(), b"")
 
 

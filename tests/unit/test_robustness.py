@@ -26,6 +26,7 @@ from testinfra.backend.local import LocalBackend
 from gpuboot import cli, install, paths, plan, rollout, runner, scan
 from gpuboot.errors import BadInput, GpubootError, RunError
 from gpuboot.results import RunReport
+from tests.unit.plan_answer import answer
 
 pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
@@ -70,7 +71,7 @@ class FakeHost:
             raise _ssh_failure(
                 command, f"Warning: Permanently added 'x' (ED25519)\r\n{REFUSED}\r\n"
             )
-        out = "nvidia-driver-550\t550.54.15-1\tii \nnvidia-dkms-550\t550.40.07-1\tii \n"
+        out = answer("nvidia-driver-550\t550.54.15-1\tii \nnvidia-dkms-550\t550.40.07-1\tii \n")
         return CommandResult(LocalBackend(), 0, command.encode(), out.encode(), b"")
 
 

@@ -13,6 +13,7 @@ import pytest
 from gpuboot import install, inventory, plan, transport
 from gpuboot.checks.rules import RULES
 from gpuboot.inventory import load_inventory
+from tests.unit.plan_answer import answer
 
 CHECKS = Path(install.__file__).parent / "checks" / "test_node.py"
 INVENTORY = """\
@@ -73,7 +74,7 @@ class Dpkg:
     """A node answering dpkg-query with another driver than the pins want."""
 
     def run(self, command: str):
-        out = "nvidia-driver-550\t550.40.07-1\tii \n"
+        out = answer("nvidia-driver-550\t550.40.07-1\tii \n")
         return SimpleNamespace(rc=0, stdout=out, stderr="")
 
 
