@@ -52,6 +52,13 @@ USAGE = {
     "cm-tos-lossy": "cm-tos-lossy [HCA] [TOS]   (RDMA CM's default ToS of that device (default the "
     "first rail) becomes TOS (default 0: best effort, a lossy queue); clearing restores it if "
     "unchanged)",
+    "gpu-err": "gpu-err [GPU]   (NVML lost the GPU: the nvidia-smi table shows ERR! in its row, "
+    "-q, -L and --query-gpu cannot open it, CUDA does not list it)",
+    "perftest-abort": "perftest-abort [STATUS]   (ib_write_bw on this node prints the rows of the "
+    "sizes it finished, then a completion error with STATUS (default 10, remote access error) "
+    "and 'Failed to complete run_iter_bw', exit 1)",
+    "nvbandwidth-assert": "nvbandwidth-assert [TESTCASE]   (nvbandwidth stops at TESTCASE "
+    "(default device_to_device_memcpy_read_ce) on its pattern check's ASSERT, exit 1)",
     "runfile-driver": "runfile-driver [VERSION]   (what NVIDIA's .run installer leaves, no package "
     "owning it: /usr/bin/nvidia-installer, its log, kernel/drivers/video/nvidia.ko; "
     "`nvidia-installer --uninstall` removes them; survives reboots)",
@@ -108,8 +115,22 @@ def normalise(node: Node, kind: str, args: list[str]) -> list[str]:
         "remap-pending",
         "remap-failed",
         "thermal-throttle",
+        "gpu-err",
     ):
         return [str(_gpu(node, args[0]) if args else 0)]
+    if kind == "perftest-abort":  # an ibv_wc_status other than IBV_WC_SUCCESS (0)
+        status = _int(args[0], "STATUS") if args else 10
+        if len(args) > 1 or not 1 <= status <= 21:
+            raise EmuError(usage + "   (STATUS: an ibv_wc_status, 1-21)")
+        return [str(status)]
+    if kind == "nvbandwidth-assert":
+        from .probes import NVBW_TESTS  # probes reads faults: imported when needed
+
+        names = [t[0] for t in NVBW_TESTS]
+        case = args[0] if args else "device_to_device_memcpy_read_ce"
+        if len(args) > 1 or case not in names:
+            raise EmuError(f"{usage}   (TESTCASE: one of {', '.join(names)})")
+        return [case]
     if kind == "nvlink-down":
         links = int(model.hw(node).get("nvlink", {}).get("links_per_gpu", 0) or 0)
         if not links:
