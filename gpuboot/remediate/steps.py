@@ -10,6 +10,10 @@ the node's Lease (gpuboot.k8s.lease) until the certify after it is done; without
 kubeconfig no cluster step is taken (a reboot drains nothing, nothing is labelled). Each
 step is appended to the remediation history and, on a cluster node, to its actions
 annotation.
+
+Every play a step runs on the node (install's, the reset, the reboot) takes the node's own
+lease first: another controller holding it leaves the node untouched and the step held,
+not failed, so the ladder does not climb to a harsher rung over a busy node.
 """
 
 from __future__ import annotations
