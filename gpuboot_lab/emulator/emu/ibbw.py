@@ -251,6 +251,24 @@ def table(rows: list[dict[str, float]], gbits: bool) -> list[str]:
     return [*lines, SEP]
 
 
+def abort_status(node: Node) -> int | None:
+    """The work completion status a perftest-abort fault makes the run fail with, or None."""
+    found = model.faults_of(node, "perftest-abort")
+    return int(found[0]["args"][0]) if found else None
+
+
+def abort(side: str, status: int) -> int:
+    """A work completion in error part way through: perftest's lines for it (stderr, as
+    NOTIFY_COMP_ERROR_SEND and run_iter_bw's caller print them), exit 1. The sizes done
+    before were printed; the rest never run (the capture
+    h200-roce-a-sweep-aborted-completion-error-status10.txt)."""
+    err(f" Completion with error at {side}")
+    err(f" Failed status {status}: wr_id 0 syndrom 0x88")
+    err("scnt=128, ccnt=0")
+    err(" Failed to complete run_iter_bw function successfully")
+    return 1
+
+
 def send(sock: socket.socket, msg: dict[str, Any]) -> None:
     sock.sendall((json.dumps(msg) + "\n").encode())
 
@@ -319,12 +337,16 @@ def server(node: Node, n: dict[str, Any], o: Opts, local_bw: float) -> int:
             err("Failed to exchange data between server and clients")
             return 1
     eth = n["link_layer"] == "Ethernet"
+    status = abort_status(node)
+    shown = rows if status is None else rows[: len(rows) // 2]
     out(
         "\n".join(
-            header(n, opts, True) + address_lines(me, hello["endpoint"], eth) + table(rows, o.gbits)
+            header(n, opts, True)
+            + address_lines(me, hello["endpoint"], eth)
+            + table(shown, o.gbits)[: None if status is None else -1]
         )
     )
-    return 0
+    return 0 if status is None else abort("server", status)
 
 
 def client(node: Node, n: dict[str, Any], o: Opts, local_bw: float) -> int:
@@ -369,13 +391,17 @@ def client(node: Node, n: dict[str, Any], o: Opts, local_bw: float) -> int:
         err("Failed to exchange data between server and clients")
         return 1
     eth = n["link_layer"] == "Ethernet"
+    status = abort_status(node)
+    rows = reply["rows"] if status is None else reply["rows"][: len(reply["rows"]) // 2]
     out(
         "\n".join(
             header(n, o, False)
             + address_lines(me, reply["endpoint"], eth)
-            + table(reply["rows"], o.gbits)
+            + table(rows, o.gbits)[: None if status is None else -1]
         )
     )
+    if status is not None:
+        return abort("client", status)
     if o.use_cuda is not None:
         out("deallocating GPU buffer 00007f763a800000")
         out("destroying current CUDA Ctx")

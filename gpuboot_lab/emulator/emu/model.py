@@ -149,6 +149,7 @@ def gpus(node: Node, include_missing: bool = False) -> list[Gpu]:
     missing = {_gpu_arg(f) for f in faults_of(node, "gpu-missing")}
     missing |= {_gpu_arg(f) for f in faults_of(node, "gpu-unbound")}
     lost = {_gpu_arg(f, 1) for f in faults_of(node, "xid") if f["args"][0] == "79"}
+    lost |= {_gpu_arg(f) for f in faults_of(node, "gpu-err")}
     numas = g.get("numa_nodes") or []
     mods = g.get("module_ids") or []
     out: list[Gpu] = []

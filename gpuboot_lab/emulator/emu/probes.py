@@ -7,6 +7,7 @@ plus ~1% run-to-run noise. Both refuse to run the way CUDA does when it cannot i
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -229,7 +230,10 @@ def nvbandwidth(argv: list[str]) -> int:
     driver = model.module_version(node, "nvidia") or ""
     cuda = _cuda_versions(driver)
     results = []
+    asserting = {f["args"][0] for f in model.faults_of(node, "nvbandwidth-assert")}
     for name, desc, kind in tests:
+        if name in asserting:  # nvbandwidth exits at its own check: later testcases never run
+            return _nvbw_assert(results, name, driver, cuda, gpus, "-j" in argv or "--json" in argv)
         peer = kind.startswith("d2d")
         if (peer and len(gpus) < 2) or not gpus:
             results.append({"name": name, "status": "Waived"})
@@ -253,6 +257,40 @@ def nvbandwidth(argv: list[str]) -> int:
     else:
         sys.stdout.write(_nvbw_text(results, driver, cuda, gpus))
     return 0
+
+
+# What nvbandwidth prints when a copy's pattern check finds corrupted data (the capture
+# a100-sxm4-80gb-8gpu-v0.7-d2d-read-ce-assert-pattern.txt): the check's two lines, then
+# its ASSERT (error_handling.h), and exit 1.
+NVBW_PATTERN_LINES = (
+    " Invalid value when checking the pattern at 0x70a640000000",
+    " Current offset : 11136 ",
+)
+NVBW_ASSERT = (
+    "ASSERT in expression h_errorFlag == 0 in void memcmpPatternHelper(CUstream, CUdeviceptr, "
+    "long long unsigned int, unsigned int, CompareKernelFunc, std::shared_ptr<NodeHelper>)() : "
+    "/nvbandwidth/memcpy.cpp:165"
+)
+
+
+def _nvbw_assert(
+    results: list[dict[str, Any]], name: str, driver: str, cuda: int, gpus: list[Gpu], as_json: bool
+) -> int:
+    """The run up to testcase NAME, stopped there by nvbandwidth's ASSERT: the text form ends
+    with the assertion; -j records it as the document's "error" beside the testcase left
+    "Running" and prints the document (its recordError), then exits."""
+    if as_json:
+        sys.stdout.write("\n".join(NVBW_PATTERN_LINES) + "\n")
+        doc = json.loads(_nvbw_json(results, driver, cuda))
+        body = doc["nvbandwidth"]
+        body["testcases"].append({"name": name, "status": "Running"})
+        body["error"] = NVBW_ASSERT + "\n"
+        sys.stdout.write(jsonfmt.dumps(doc))
+        return 1
+    text = _nvbw_text(results, driver, cuda, gpus).split("NOTE:")[0]
+    sys.stdout.write(f"{text}Running {name}.\n" + "\n".join(NVBW_PATTERN_LINES) + "\n")
+    sys.stdout.write(NVBW_ASSERT + "\n")
+    return 1
 
 
 def _fmt_cell(v: float | None) -> str:

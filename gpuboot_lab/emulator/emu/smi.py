@@ -333,7 +333,11 @@ def summary(node: Node, gpus: list[Gpu], drv: str) -> int:
     ]
     pre: list[str] = []
     mig_ok = bool(model.hw(node).get("mig", {}).get("supported"))
+    erring = {int(f["args"][0]) for f in model.faults_of(node, "gpu-err")}
     for g in gpus:
+        if g.lost and g.slot in erring:
+            lines += [*err_rows(g), sep]
+            continue
         if g.lost:
             pre.append(smi_q.lost_message(g))
             rc = RC_GPU_LOST
@@ -371,6 +375,23 @@ def summary(node: Node, gpus: list[Gpu], drv: str) -> int:
     ]
     out("\n".join(pre + lines) + "\n")
     return rc
+
+
+def err_rows(g: Gpu) -> list[str]:
+    """A GPU the driver still lists but NVML lost: every field read from the GPU is "ERR!"
+    (name, ECC, fan, temperature, perf, power, utilization, MIG); memory comes from the
+    driver's own books (NVIDIA/gpu-operator issue 559 shows this row)."""
+    pm = "On" if g.persistence else "Off"
+    memory = f"0MiB / {int(g.hw['memory_mib'])}MiB"
+    return [
+        _row(f"{g.index:>4}  {'ERR!':<29}{pm:>4}  ", f" {g.bus_id} Off ", f"{'ERR!':>21} "),
+        _row(
+            f"ERR!  ERR!  ERR!{'ERR! / ERR!':>24} ",
+            f"{memory:>21} ",
+            f"{'ERR!':>8}{'Default':>13} ",
+        ),
+        _row(" " * 41, " " * 22, f"{'ERR!':>21} "),
+    ]
 
 
 def subcommand(sub: str, argv: list[str]) -> int:
