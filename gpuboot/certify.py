@@ -162,8 +162,8 @@ def _holds(evidence: Evidence, rule: rules.Rule) -> bool:
 def _not_in_bundle(rule: rules.Rule, unread: Evidence | None) -> rules.Finding:
     """SKIPPED naming the files the rule reads; ``unread``: the host's files when none
     feeds any rule (the node has nothing to judge, so its verdict is ERROR)."""
-    forms = rule.evidence
-    names = ", ".join(forms[:3]) + (f" or {len(forms) - 3} other forms" if len(forms) > 3 else "")
+    forms, more = rule.evidence, len(rule.evidence) - 3
+    names = ", ".join(forms[:3]) + (f" or {more} other form{'s' * (more > 1)}" if more > 0 else "")
     reason = f"not judged: {names} {NOT_IN_BUNDLE}"
     if unread is not None:
         held = ", ".join(sorted(unread)[:5]) or "no output"
