@@ -85,6 +85,9 @@ OUTSIDE_CERTIFY: dict[str, str] = {
     "K8S-003": "the kubelet's registration taint: the Kubernetes join gate lifts it, no rule",
     "DCGM-020": "the DCGM host engine (restarted after an NSCQ change): it makes DCG-001 "
     "(judged only) runnable (down is ERROR)",
+    "EXE-001": "an execution node's venv directory (executor setup; executors are not certified)",
+    "EXE-002": "the controller's wheelhouse on an execution node (executor setup)",
+    "EXE-003": "an execution node's venv made from that wheelhouse (executor setup)",
 }
 
 

@@ -13,6 +13,7 @@ from gpuboot.cli import (
     cert,
     certify,
     evaluate,
+    executor,
     help,
     install,
     matrix,
@@ -48,6 +49,7 @@ VERBS = (
     status,
     node,
     report,
+    executor,
 )
 LAB_MISSING = "the lab is not installed: pip install 'gpuboot[lab]'"
 
