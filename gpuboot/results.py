@@ -98,6 +98,7 @@ class NodeReport:
     unjudged: tuple[str, ...] = ()  # rules the harness could not judge this scan
     escalations: tuple[Escalation, ...] | None = None
     recommended_action: str | None = None
+    executor: str = "controller"  # who collected its evidence (an executor's name)
 
     @classmethod
     def judged(cls, host: str, findings: list[Finding], verdict: str) -> NodeReport:
@@ -135,6 +136,7 @@ class NodeReport:
             out["escalations"] = [e.to_dict() for e in self.escalations]
         if self.recommended_action is not None:
             out["recommended_action"] = self.recommended_action
+        out["executor"] = self.executor
         return out
 
     @classmethod
@@ -160,6 +162,7 @@ class NodeReport:
             if escalations is None
             else tuple(Escalation.from_dict(e) for e in escalations),
             recommended_action=doc.get("recommended_action"),
+            executor=str(doc.get("executor") or "controller"),
         )
 
 
