@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,14 @@ from gpuboot.bundle.store import bundle_host_dir, write_host_bundle
 from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
 from gpuboot.errors import GpubootError, RunError
+from gpuboot.executor.collect_fleet import (
+    CONTROLLER,
+    Shard,
+    collect_shards,
+    plan_shards,
+    refuse_pairs,
+)
+from gpuboot.executor.collect_job import ExecutorLost
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.node_collect import (
     HostUnreachable,
@@ -51,6 +60,10 @@ MAX_PARALLEL = 32
 # 256 MiB) must not hold every other node's verdict.
 JUDGE_DEADLINE_S = 120
 UNJUDGED_ACTION = "fix the harness or reach the node, then certify again"
+# The verdict of a node whose executor was lost before its answer arrived (not a Status:
+# neither judged nor bad), and what to do about it.
+UNKNOWN = "UNKNOWN"
+LOST_ACTION = "reach the executor (gpuboot executor setup), then run again for these nodes"
 
 # (inventory host, its checked variables) -> an object with testinfra's run(command)
 Transport = Callable[[str, dict[str, Any]], Any]
@@ -106,27 +119,48 @@ def collect_nodes(
     targets: Mapping[str, tuple[Any, dict[str, Any]]],
     level: str | None = None,
     progress: Any = None,  # gpuboot.progress.RunProgress: told each node's start and end
+    shards: Mapping[str, Shard] | None = None,
+    run_dir: Path | None = None,
+    on_detach: str = "finish",
 ) -> dict[str, Outcome]:
     """Every node's evidence (``targets``: name -> (transport host, variables)), one round
-    trip per node in parallel, then the pair probes among the nodes that answered. A node's
-    exception is kept as its outcome; KeyboardInterrupt ends the run."""
+    trip per node in parallel, and at once the hosts of each executor's ``shards`` as one
+    job per executor (journaled under ``run_dir``); then the pair probes among the nodes
+    the controller reached. A node's exception is kept as its outcome; KeyboardInterrupt
+    ends the run."""
     steps = phases(progress)
+    shards = shards or {}
+
+    def finished(name: str, outcome: Outcome) -> None:
+        if isinstance(outcome, Exception):
+            steps.finished_host(name, f"not judged: {failure_reason(outcome)}")
+        else:
+            steps.finished_host(name)
 
     def attempt(name: str) -> Outcome:
         host, hostvars = targets[name]
         steps.started_host(name)
         try:
-            found = collect_node(name, host, hostvars, level)
+            found: Outcome = collect_node(name, host, hostvars, level)
         except Exception as exc:  # kept per host: one broken node never stops the others
-            steps.finished_host(name, f"not judged: {failure_reason(exc)}")
-            return exc
-        steps.finished_host(name)
+            found = exc
+        finished(name, found)
         return found
 
     names = list(targets)
-    steps.phase("collecting evidence", names)
-    store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
-    ok = {n: e.entry() for n, e in store.items() if isinstance(e, NodeEvidence)}
+    routed = [h for shard in shards.values() for h in shard.hosts]
+    steps.phase("collecting evidence", names + routed)
+    for name in routed:
+        steps.started_host(name)
+    with ThreadPoolExecutor(max_workers=1) as through:
+        remote = through.submit(
+            collect_shards, shards, level, run_dir, on_detach=on_detach, finished=finished
+        )
+        store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
+        store |= remote.result()
+    # pairs among the controller's nodes only: never across halls (collect_fleet refuses
+    # executor-routed hosts that would pair)
+    ok = {n: store[n].entry() for n in names if isinstance(store[n], NodeEvidence)}
     steps.phase(f"pair probes among {len(ok)} node(s)")
     deadlines = {
         n: host_deadline(targets[n][1], "gpuboot_pair_timeout", PAIR_DEADLINE_S) for n in ok
@@ -147,7 +181,20 @@ def keep_bundle(bundle: Path, store: dict[str, Outcome]) -> None:
             store[name] = exc
 
 
+def not_judged(host: str, exc: ExecutorLost) -> NodeReport:
+    """A node whose executor was lost before its answer arrived: neither judged nor bad
+    (verdict UNKNOWN: never certified, never taken out), each rule ERROR with the reason
+    (a scan reads it as not judged, never as drift)."""
+    findings = [
+        rules.Finding(r.id, r.title, rules.ERROR, exc.message, LOST_ACTION, r.severity)
+        for r in rules.RULES
+    ]
+    return replace(node_report(host, findings), verdict=UNKNOWN)
+
+
 def judge(name: str, outcome: Outcome) -> NodeReport:
+    if isinstance(outcome, ExecutorLost):
+        return not_judged(name, outcome)
     if isinstance(outcome, Exception):
         return unjudged(name, outcome)
     if outcome.profile is None:
@@ -265,6 +312,9 @@ def run(
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     for name in hosts:
         check_deadlines(name, inv.resolved(name), str(inv.path))
+    refuse_pairs(inv, hosts, probes, verb)
+    direct, shards = plan_shards(inv, hosts)  # executors asked their versions, no host yet
+    ran_by = {h: name for name, shard in shards.items() for h in shard.hosts}
     if transport is None:
         from gpuboot.transport import connector
 
@@ -280,17 +330,26 @@ def run(
     started = time.monotonic()
     targets: dict[str, tuple[Any, dict[str, Any]]] = {}
     failed: dict[str, Outcome] = {}
-    for name in hosts:
+    for name in direct:
         try:
             # judged with the variables install hands the roles (the inventory's view)
             targets[name] = (transport(name, inv.hosts[name]), inv.resolved(name))
         except Exception as exc:  # a transport that cannot be built: that node's ERROR
             failed[name] = exc
+    # a stale scan is worthless: an executor cancels it when the controller goes away;
+    # certify's probes cost minutes: it finishes into the spool
+    on_detach = "cancel" if verb == "scan" else "finish"
     try:
-        store = {**collect_nodes(targets, probes, progress), **failed}
+        store = {
+            **collect_nodes(targets, probes, progress, shards, run_dir, on_detach),
+            **failed,
+        }
     except KeyboardInterrupt:
         stopped = f"{verb} stopped before a verdict; its run dir: {run_dir}"
         raise KeyboardInterrupt(stopped) from None
+    for name, outcome in store.items():
+        if isinstance(outcome, NodeEvidence):  # the bundle says who collected it
+            outcome.meta["executor"] = ran_by.get(name, CONTROLLER)
     keep_bundle(bundle, store)
     steps = phases(progress)
     steps.phase("judging", list(store))
@@ -300,12 +359,14 @@ def run(
         steps.finished_host(name)
     judged = unread | judge_within_deadlines(
         {n: functools.partial(judge, n, store[n]) for n in store if n not in unread},
-        lambda name: host_deadline(targets[name][1], "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
+        lambda name: host_deadline(inv.resolved(name), "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
         unjudged,
         steps.finished_host,
         "gpuboot_judge_timeout",
     )
-    nodes = tuple(judged[name] for name in sort_hosts(store))
+    nodes = tuple(
+        replace(judged[name], executor=ran_by.get(name, CONTROLLER)) for name in sort_hosts(store)
+    )
     if not nodes:
         raise RunError("nothing could be judged", where=str(run_dir), hint="read the run dir")
     write_manifest(bundle, run_id, {n.host: n.verdict for n in nodes})

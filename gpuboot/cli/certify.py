@@ -9,8 +9,9 @@ from typing import Any
 
 from gpuboot.cli import cert, options
 from gpuboot.cli.document import RunDocument
-from gpuboot.cli.outcome import EXIT_PARTIAL, Outcome, deprecated
+from gpuboot.cli.outcome import EXIT_PARTIAL, EXIT_UNKNOWN, Outcome, deprecated
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
+from gpuboot.verdict import Status
 
 
 def register(verbs, common) -> None:
@@ -36,7 +37,8 @@ def register(verbs, common) -> None:
         "partially as its gpuboot_accept_partial accepts), 1 a node failed or the join gate "
         "could not act, 2 bad input, 3 the run broke, "
         f"{EXIT_PARTIAL} with --sign-key: no node failed, but a node's certificate is partial "
-        "with a gap its gpuboot_accept_partial does not accept",
+        f"with a gap its gpuboot_accept_partial does not accept, {EXIT_UNKNOWN} no node failed, "
+        "but a node was not judged: its executor was lost (verdict UNKNOWN)",
     )
     p.add_argument("--bundle-dir", help="where evidence bundles go (default: the run dir)")
     p.add_argument("--sign-key", help="Ed25519 key: issue a signed certificate per PASS node")
@@ -128,7 +130,7 @@ def _certify_inventory(args, inv) -> Outcome:
         extents=certifying,
     )
     run = RunDocument(report, written)
-    code = EXIT_OK if report.passed else EXIT_NODE_FAILED
+    code = _verdicts_code(report)
     refused = {h for h, e in extents.items() if not e.certifies} if args.sign_key else set()
     text = render.verdict_text(report, args, refused) + f"\nreport: {written['html']}"
     certs = [p for name, p in written.items() if name.startswith("certificate:")]
@@ -143,7 +145,7 @@ def _certify_inventory(args, inv) -> Outcome:
         run.calibration = _calibrate(args, report)
         text += render.calibration_text(run.calibration)
     if args.kubeconfig:
-        run.gate, _ = gate.apply(args, inv, report, written, allow_warn=args.allow_warn)
+        run.gate, _ = gate.apply(args, inv, _known(report), written, allow_warn=args.allow_warn)
         text += render.gate_text(run.gate)
         # a partial certificate the gate refused is told by the exit code for partial
         failed = [
@@ -157,6 +159,27 @@ def _certify_inventory(args, inv) -> Outcome:
         if node["host"] in extents:
             node["certification"] = extents[node["host"]].to_dict()
     return Outcome(code, doc, text)
+
+
+def _verdicts_code(report) -> int:
+    """1 when a node failed (anything but PASS: certify's verdicts), else 8 when a node was
+    not judged because its executor was lost, else 0."""
+    from gpuboot.engine import UNKNOWN
+
+    verdicts = {n.verdict for n in report.nodes}
+    if verdicts - {Status.PASS, UNKNOWN}:
+        return EXIT_NODE_FAILED
+    return EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK
+
+
+def _known(report):
+    """The nodes the gate acts on: not one whose executor was lost (not judged, so neither
+    released nor taken out)."""
+    from dataclasses import replace
+
+    from gpuboot.engine import UNKNOWN
+
+    return replace(report, nodes=tuple(n for n in report.nodes if n.verdict != UNKNOWN))
 
 
 def _extents(args, inv, report):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuboot.cli import options
 from gpuboot.cli.document import RunDocument
-from gpuboot.cli.outcome import Outcome
+from gpuboot.cli.outcome import EXIT_UNKNOWN, Outcome
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_RUN_BROKE
 from gpuboot.verdict import BAD, Status
 
@@ -23,7 +23,8 @@ EPILOG = (
     "many nodes fail one rule for one reason, none is taken out for it (suspect the rule, "
     "profile, probe or a rollout; `gpuboot breaker status`, then `gpuboot breaker reset`); "
     "6 wins over 1, 4 and 5: while it is open gpuboot holds back on purpose and only a human "
-    "can close it; 2 bad input; 3 the run broke"
+    "can close it; 2 bad input; 3 the run broke; 8 nothing new, but a node was not judged "
+    "because its executor was lost (verdict UNKNOWN: never taken out); 1 and 6 win over 8"
 )
 
 
@@ -116,6 +117,17 @@ def run(args) -> Outcome:
         return _scan_inventory(args, inv)
 
 
+def _unknown_code(code: int, report) -> int:
+    """The scan's code (new drift, not judged, still failing: gpuboot/scan.py), or 8 where
+    it would say no more than "not judged" while a node's executor was lost: a lost node is
+    not judged, and the operator is told why. New drift still wins."""
+    from gpuboot import scan
+    from gpuboot.engine import UNKNOWN
+
+    lost = any(n.verdict == UNKNOWN for n in report.nodes)
+    return EXIT_UNKNOWN if lost and code in (scan.EXIT_CLEAN, scan.EXIT_UNJUDGED) else code
+
+
 def _scan_inventory(args, inv) -> Outcome:
     from gpuboot import breaker, scan
     from gpuboot.cli import render
@@ -123,7 +135,7 @@ def _scan_inventory(args, inv) -> Outcome:
 
     result, run = _judge(args, inv)
     report = result.report
-    code = result.exit_code()  # new drift, not judged, still failing (gpuboot/scan.py)
+    code = _unknown_code(result.exit_code(), report)
     text = render.verdict_text(report, args)
     if not render.wants_markdown(args):  # Markdown shows the drift in each node's block
         text += "".join(f"\n{line}" for line in scan.drift_lines(report.nodes))

@@ -216,7 +216,8 @@ def test_the_report_keeps_certify_json_shape(inv, monkeypatch):
     assert report["probes"] == "none" and report["passed"] is False  # no GPU here
     assert [n["host"] for n in report["nodes"]] == ["n1", "n2", "n3"]
     for node in report["nodes"]:
-        assert list(node) == ["host", "verdict", "findings", "measurements"]
+        assert list(node) == ["host", "verdict", "findings", "measurements", "executor"]
+        assert node["executor"] == "controller"
         assert {f["rule"] for f in node["findings"]} == set(rules.RULES_BY_ID)
         assert set(node["findings"][0]) == {
             "rule",

@@ -1,0 +1,124 @@
+"""certify's and scan's collection across executors: which hosts each executor collects,
+refused before any host is touched where it cannot be done, and every shard run at once.
+
+A host with a ``gpuboot_domain`` is collected by an executor serving its domain (the
+first that answered the pre-flight, gpuboot.executor.route); a domain none of whose
+executors answered has its hosts not judged, never collected from the controller. Pair
+probes do not run through executors yet: a run whose executor-routed hosts would pair is
+refused (exit 2) naming the hosts and the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuboot.errors import BadInput
+from gpuboot.executor import route, shards
+from gpuboot.executor.collect_job import ExecutorLost, Outcome, collect_on
+from gpuboot.executor.stream import Executor
+from gpuboot.inventory.executors import domain_of
+from gpuboot.probes import resolve_level
+
+if TYPE_CHECKING:
+    from gpuboot.inventory import Inventory
+
+CONTROLLER = route.CONTROLLER
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The hosts one executor collects: name -> (connection variables, resolved variables)."""
+
+    executor: Executor | None  # None: no executor of their domain answered the pre-flight
+    hosts: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+    refused: str = ""  # why there is no executor
+
+
+def _connection(hostvars: Mapping[str, Any]) -> dict[str, Any]:
+    """What the executor's play needs to reach the node: Ansible's connection variables
+    (address, user, port, key, ssh arguments, become), nothing of the stack."""
+    return {k: v for k, v in hostvars.items() if k.startswith("ansible_")}
+
+
+def refuse_pairs(
+    inv: Inventory, hosts: list[str], level: str | None, verb: str = "certify"
+) -> None:
+    """BadInput when two hosts of one domain would run pair probes (every level but none):
+    pairs do not run through executors yet, and never from the controller across halls."""
+    pairing: dict[str, list[str]] = {}
+    for host in hosts:
+        hostvars = inv.resolved(host)
+        domain = domain_of(inv.hosts[host])
+        if domain is None or "gpuboot_profile" not in hostvars:
+            continue
+        if resolve_level(hostvars, level) != "none":
+            pairing.setdefault(domain, []).append(host)
+    for domain, names in pairing.items():
+        if len(names) < 2:
+            continue
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise BadInput(
+            f"pair probes do not run through executors yet: {len(names)} hosts of domain "
+            f"{domain} would pair ({shown})",
+            where=f"{inv.path}: gpuboot_probes (or --probes)",
+            hint=f"run `gpuboot {verb} -i {inv.path} --probes none` (each node's own checks "
+            "run through its executor; pair bandwidth is not measured), or from a controller "
+            f"inside domain {domain} with an inventory without gpuboot_domain",
+        )
+
+
+def plan_shards(inv: Inventory, hosts: list[str]) -> tuple[list[str], dict[str, Shard]]:
+    """(the hosts the controller collects, executor name -> its Shard), asking each
+    executor of the hosts' domains its versions first (skew: BadInput, before any host)."""
+    if not inv.executors:
+        return list(hosts), {}
+    reasons = route.preflight(inv, route.candidates(inv, hosts))
+    answered = [n for n, why in reasons.items() if why is None]
+    routes = route.routing(inv, hosts, answered)
+    planned: dict[str, Shard] = {}
+    for name, names in routes.items():
+        if name == CONTROLLER:
+            continue
+        members = {h: (_connection(inv.hosts[h]), inv.resolved(h)) for h in names}
+        if reasons.get(name):
+            why = (
+                f"no executor of domain {domain_of(inv.hosts[names[0]])} answered: {reasons[name]}"
+            )
+            planned[name] = Shard(None, members, why)
+        else:
+            planned[name] = Shard(route.executor(inv, name), members)
+    return routes.get(CONTROLLER, []), planned
+
+
+def collect_shards(
+    planned: Mapping[str, Shard],
+    level: str | None,
+    run_dir: Path,
+    *,
+    on_detach: str,
+    finished: Callable[[str, Outcome], None] = lambda _h, _o: None,
+) -> dict[str, Outcome]:
+    """Every shard's hosts collected at once (one thread per executor); host -> outcome,
+    ``finished`` told each host's as its shard ends."""
+
+    def one(name: str) -> dict[str, Outcome]:
+        shard = planned[name]
+        if shard.executor is None:
+            store: dict[str, Outcome] = {
+                h: ExecutorLost(f"not judged: {shard.refused}", where=h) for h in shard.hosts
+            }
+        else:
+            where = shards.shard_dir(run_dir, name)
+            store = collect_on(shard.executor, shard.hosts, level, where, on_detach=on_detach)
+        for host, outcome in store.items():
+            finished(host, outcome)
+        return store
+
+    if not planned:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(planned)) as pool:
+        return {h: o for store in pool.map(one, list(planned)) for h, o in store.items()}

@@ -1,0 +1,145 @@
+"""certify's engine with executors: a host with a gpuboot_domain is collected by its
+domain's executor (a local supervisor here, its play on ansible_connection: local), the
+others from the controller; each node says who collected it; a lost executor leaves its
+hosts not judged (UNKNOWN: never certified, never taken out, exit 8); hosts that would
+pair through an executor are refused before any host is touched (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuboot import cli, engine, remote, transport
+from gpuboot.bundle.names import META
+from gpuboot.checks import rules
+from gpuboot.cli.outcome import EXIT_UNKNOWN
+from gpuboot.errors import EXIT_BAD_INPUT, BadInput
+from gpuboot.executor import collect_fleet, route
+from gpuboot.executor.stream import Executor
+from tests.unit.executor.conftest import REPLAY, python_channel, stream
+from tests.unit.test_engine import PINS, Local
+
+pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
+
+# The shard's inventory reaches the node on this machine (the operator's inventory may not:
+# it must reach its nodes over ssh).
+LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+
+@pytest.fixture
+def inv(tmp_path, monkeypatch) -> Path:
+    """c1 from the controller; a1 and a2 in hall-a, whose executor is ex1."""
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(remote, "KILL_GRACE_S", 0.2)
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        f"all:\n  vars: {{{PINS}, gpuboot_procfs: {procfs}}}\n"
+        "  children:\n"
+        "    gpu:\n"
+        "      hosts:\n"
+        "        c1: {ansible_host: 192.0.2.1}\n"
+        "        a1: {ansible_host: 10.1.0.1, gpuboot_domain: hall-a}\n"
+        "        a2: {ansible_host: 10.1.0.2, gpuboot_domain: hall-a}\n"
+        "    gpuboot_executors:\n"
+        "      hosts:\n"
+        "        ex1: {ansible_host: 192.0.2.9, gpuboot_executor_domains: [hall-a]}\n"
+    )
+    monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Local())
+    monkeypatch.setattr(collect_fleet, "_connection", lambda _hostvars: LOCAL)
+    return path
+
+
+def _supervisor(tmp_path: Path) -> Executor:
+    supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
+    return Executor("ex1", (*supervisor, "--jobs-dir", str(tmp_path / "jobs")))
+
+
+def _cut(tmp_path: Path) -> Executor:
+    """An executor whose stream is cut after the worker's first lines (ssh exit 255)."""
+    recorded = tmp_path / "cut"
+    recorded.write_bytes(stream()[:200])
+    return python_channel("ex1", REPLAY, str(recorded), "255")
+
+
+def by_host(report) -> dict:
+    return {n.host: n for n in report.nodes}
+
+
+def test_domain_hosts_are_collected_by_their_executor_and_judged_alike(inv, monkeypatch):
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: _supervisor(inv.parent))
+    report = engine.run(str(inv))
+    nodes = by_host(report)
+    assert {h: n.executor for h, n in nodes.items()} == {
+        "a1": "ex1",
+        "a2": "ex1",
+        "c1": "controller",
+    }
+    # the same machine answered all three: the same rules, the same statuses
+    statuses = {h: {f.rule: f.status for f in n.findings} for h, n in nodes.items()}
+    assert statuses["a1"] == statuses["c1"] == statuses["a2"]
+    for host, node in nodes.items():
+        meta = json.loads((report.bundle / host / META).read_text())
+        assert meta["executor"] == node.executor
+    shard = next((report.run_dir / "shards").iterdir())
+    assert shard.name == "ex1-1" and (shard / "journal.jsonl").is_file()
+    assert not (shard / "private").exists()  # the job's data went with the stream
+
+
+def test_a_lost_executor_leaves_its_hosts_not_judged(inv, monkeypatch):
+    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names))
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: _cut(inv.parent))
+    report = engine.run(str(inv))
+    nodes = by_host(report)
+    for host in ("a1", "a2"):
+        node = nodes[host]
+        assert node.verdict == engine.UNKNOWN and node.executor == "ex1"
+        assert {f.status for f in node.findings} == {rules.ERROR}  # never FAIL, never PASS
+        assert "not judged: executor ex1 lost" in node.findings[0].reason
+        assert not (report.bundle / host).exists()
+    assert nodes["c1"].verdict != engine.UNKNOWN
+
+
+def test_an_executor_that_does_not_answer_leaves_its_hosts_not_judged(inv, monkeypatch):
+    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names, "timeout"))
+    monkeypatch.setattr(route, "executor", lambda *_a: pytest.fail("no executor is reached"))
+    nodes = by_host(engine.run(str(inv)))
+    assert nodes["a1"].verdict == engine.UNKNOWN
+    assert "no executor of domain hall-a answered: timeout" in nodes["a1"].findings[0].reason
+
+
+def test_certify_and_scan_exit_8_when_an_executor_was_lost(inv, monkeypatch, capsys):
+    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names))
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: _cut(inv.parent))
+    # c1 fails here (no GPU on this machine): a failed host outranks the unknown ones
+    assert cli.main(["certify", "-i", str(inv), "--probes", "none", "--json"]) == 1
+    capsys.readouterr()
+    code = cli.main(["certify", "-i", str(inv), "--limit", "a1", "--probes", "none", "--json"])
+    assert code == EXIT_UNKNOWN
+    doc = json.loads(capsys.readouterr().out)
+    (node,) = doc["nodes"]
+    assert (node["host"], node["verdict"], node["executor"]) == ("a1", "UNKNOWN", "ex1")
+    history = inv.parent / "history.jsonl"
+    argv = ["scan", "-i", str(inv), "--limit", "a1", "--history", str(history), "--json"]
+    assert cli.main(argv) == EXIT_UNKNOWN
+
+
+def test_hosts_that_would_pair_through_an_executor_are_refused_before_any_host(inv, monkeypatch):
+    monkeypatch.setattr(route, "preflight", lambda *_a: pytest.fail("no executor is asked"))
+    with pytest.raises(BadInput) as refused:
+        engine.run(str(inv), probes="quick")
+    assert refused.value.exit_code == EXIT_BAD_INPUT
+    assert "pair probes do not run through executors yet: 2 hosts of domain hall-a" in str(
+        refused.value
+    )
+    assert f"gpuboot certify -i {inv} --probes none" in refused.value.hint
+    assert not (inv.parent / "runs").exists() or not any((inv.parent / "runs").iterdir())
+    # one host of the domain pairs with nobody: it runs
+    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names, "down"))
+    report = engine.run(str(inv), probes="quick", limit="a1")
+    assert by_host(report)["a1"].verdict == engine.UNKNOWN
