@@ -28,6 +28,9 @@ from gpuboot.bundle.names import is_safe_name
 from gpuboot.components import components as component_table
 from gpuboot.errors import GpubootError
 from gpuboot.evidence.packages import DPKG_QUERY
+from gpuboot.evidence.rdma_cm import RDMA_CM_FILE, rdma_cm_command
+from gpuboot.evidence.rdma_system import RDMA_SYSTEM_COMMAND, RDMA_SYSTEM_FILE
+from gpuboot.evidence.sriov import sriov_command, sriov_file
 from gpuboot.probes import Probe, precondition_script
 
 # Fields of the one --query-gpu call; the file name records the command, the fields
@@ -40,6 +43,8 @@ QUERY_FIELDS = (
 )
 COMPANIONS = (".stderr", ".rc")
 RC_FAILED = 255  # a probe whose exit code is missing or unreadable did not succeed
+DEFAULT_CONFIGFS = "/sys/kernel/config"  # hostvar gpuboot_configfs: RDMA CM's defaults below it
+GIDS_FILE = "show_gids.txt"
 
 
 class NodeAnswerRejected(GpubootError):
@@ -101,7 +106,27 @@ def state_probes(
                         f"grep -H . {ecn}/roce_np/enable/* {ecn}/roce_rp/enable/*",
                     )
                 )
-    return PROBES + tuple(extra)
+    return PROBES + tuple(extra) + rail_probes(hw["nics"], hostvars or {})
+
+
+def rail_probes(nics: list[dict[str, Any]], hostvars: dict[str, Any]) -> tuple[Probe, ...]:
+    """What the RoCE rails' rules read: the GID table (NIC-004) and each rail's counters
+    (NIC-005) where DOCA-OFED's tools are installed; and, where the host prepares pod RDMA
+    (gpuboot_rdma_cni sriov or shared), the RDMA netns mode, RDMA CM's configfs defaults
+    and each rail PF's SR-IOV listing (RDM-001..006)."""
+    rails = [n["netdev"] for n in nics if n.get("link_layer") == "Ethernet"]
+    if not rails or not hostvars.get("doca_ofed_enabled"):
+        return ()
+    probes = [Probe(GIDS_FILE, "show_gids")]
+    probes += [Probe(f"ethtool_-S_{dev}.txt", f"ethtool -S {shlex.quote(dev)}") for dev in rails]
+    if str(hostvars.get("gpuboot_rdma_cni", "none")) in ("sriov", "shared"):
+        configfs = shlex.quote(str(hostvars.get("gpuboot_configfs", DEFAULT_CONFIGFS)))
+        probes += [
+            Probe(RDMA_SYSTEM_FILE, RDMA_SYSTEM_COMMAND),
+            Probe(RDMA_CM_FILE, rdma_cm_command(configfs)),
+        ]
+        probes += [Probe(sriov_file(dev), sriov_command(dev)) for dev in rails]
+    return tuple(probes)
 
 
 def _unit_probes(hostvars: dict[str, Any], taken: set[str]) -> list[Probe]:

@@ -19,7 +19,7 @@ from tests.unit.gpuboot_lab._emu import GPUEMU, Daemon, EmuNode, make_node
 
 TOOLS = (
     "nvidia-smi", "dmesg", "lsmod", "ibstat", "mlnx_qos", "ib_write_bw", "nvbandwidth",
-    "all_reduce_perf", "dcgmi", "lspci",
+    "all_reduce_perf", "dcgmi", "lspci", "show_gids", "ethtool", "rdma",
 )  # fmt: skip
 STACK_VARS = {
     "nvidia_driver_branch": "550",

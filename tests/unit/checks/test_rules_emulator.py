@@ -62,7 +62,7 @@ def test_healthy_node_passes_every_rule_with_quick_probes(node, tmp_path):
         ("remap-pending 1", {"XID-001": "FAIL", "ECC-002": "FAIL"}),
         ("remap-failed 2", {"XID-001": "FAIL", "ECC-003": "FAIL"}),
         ("thermal-throttle 0", {"THR-001": "WARN"}),
-        ("nic-down mlx5_1", {"NIC-001": "FAIL"}),
+        ("nic-down mlx5_1", {"NIC-001": "FAIL", "NIC-004": "FAIL"}),  # a port down has no GID
         ("qos-drift mlx5_0", {"NIC-002": "FAIL"}),
         ("gpu-missing 3", {"GPU-001": "FAIL", "PCI-002": "FAIL"}),  # off the bus too
         ("driver-mismatch 550.40.07", {"STK-001": "FAIL", "GPU-001": "FAIL", "GPU-002": "FAIL"}),
