@@ -4,6 +4,8 @@ parsers that are tested on the real published captures (tests/fixtures/captures)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuboot.evidence.dcgmi import parse_dcgmi_diag_text
@@ -149,3 +151,37 @@ def test_probes(node):
     assert nccl.completed and nccl.wrong_total == 0 and len(nccl.ranks) == count
     diag = parse_dcgmi_diag_text(run(lab, "dcgmi diag -r 1"))
     assert diag.results and not diag.failed
+
+
+def _certified(lab, check_rc: int) -> dict[str, dict]:
+    """node1's findings from `gpuboot certify --probes none`, by rule."""
+    proc = gpuboot(
+        "certify", "-i", str(lab.inventory), "--probes", "none", "--json", check_rc=check_rc
+    )
+    (node,) = json.loads(proc.stdout)["nodes"]
+    return {f["rule"]: f for f in node["findings"]}
+
+
+def test_a_gpu_nvidia_smi_lost_fails_gpu_001_naming_it_and_nothing_else(node):
+    """gpu-err on one GPU: certify's nvidia-smi -q and --query-gpu cannot open it. GPU-001
+    FAILs naming its bus id; no other rule FAILs, and any other rule that changes is
+    SKIPPED pointing at GPU-001 (its per-GPU listing is short by the lost GPU)."""
+    lab, profile = node
+    if profile["name"] != "l40s-pcie-4gpu":  # one SKU is enough: the smallest node
+        pytest.skip("run on the l40s-pcie-4gpu node only")
+    before = _certified(lab, check_rc=None)
+    gpuboot("lab", "fault", "--name", lab.name, "node1", "gpu-err", "1", check_rc=0)
+    try:
+        after = _certified(lab, check_rc=1)
+    finally:
+        gpuboot("lab", "clear", "--name", lab.name, "node1", "gpu-err", check_rc=0)
+    lost = after["GPU-001"]
+    assert lost["status"] == "FAIL" and "lost" in lost["reason"], lost
+    bus = run(lab, "nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 1").strip()
+    assert bus[4:].lower() in lost["reason"].lower(), (bus, lost)
+    changed = {
+        r: f for r, f in after.items() if r != "GPU-001" and f["status"] != before[r]["status"]
+    }
+    assert all(f["status"] == "SKIPPED" and "GPU-001" in f["reason"] for f in changed.values()), (
+        changed
+    )
