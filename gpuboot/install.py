@@ -15,6 +15,9 @@ import yaml
 
 from gpuboot import diffview, locks, paths
 from gpuboot.errors import BadInput
+from gpuboot.executor import route, shards
+from gpuboot.executor.batch import play_batch
+from gpuboot.executor.reattach import reattach
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import (
     RolloutState,
@@ -37,6 +40,9 @@ from gpuboot.runner import (
 )
 
 PLAYBOOK = paths.PLAYBOOKS_DIR / "install.yml"
+# The play's last task for a host (the block's always, after the converged record): a host
+# of a lost shard that reached it is done whatever the shard's end.
+FINAL_TASK = "INST-006 | AUDIT | Give this node's lease back"
 # Tags Ansible itself gives meaning to, whatever the playbook says.
 SPECIAL_TAGS = ("all", "always", "never", "tagged", "untagged")
 
@@ -274,9 +280,23 @@ def install(
         from gpuboot.k8s.gate import connect
 
         connect(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
+    # the executors of the hosts' domains, asked their versions before any host: a skewed
+    # one is bad input; one that does not answer leaves its hosts unknown, the rest go on
+    answers = route.preflight(inv, route.candidates(inv, hosts))
+    fleet = Fleet(
+        answered={n for n, why in answers.items() if why is None},
+        unanswered={n: why for n, why in answers.items() if why is not None},
+    )
+    if resumed_from:  # what a lost shard finished into its executor's spool is read, not re-run
+        found_done = reattach(inv, paths.runs_dir() / resumed_from, fleet.answered)
+        fleet.recovered = {
+            h: r for h, r in found_done.items() if h in hosts and r.status in ("ok", "changed")
+        }
+        hosts = [h for h in hosts if h not in fleet.recovered]
     state = RolloutState(
         inventory=str(inv.path.resolve()),
-        hosts=hosts,
+        hosts=[*fleet.recovered, *hosts],
+        converged=list(fleet.recovered),
         batch_size=size,
         budget=budget,
         check=check,
@@ -299,7 +319,45 @@ def install(
             on_update=on_update,
             resumed_from=resumed_from,
             progress=progress,
+            fleet=fleet,
         )
+
+
+@dataclass
+class Fleet:
+    """Who may run what: the executors that answered the pre-flight, why the others did
+    not, and the hosts a resume found done in a lost shard's spool."""
+
+    answered: set[str] = field(default_factory=set)
+    unanswered: dict[str, str] = field(default_factory=dict)
+    recovered: dict[str, HostResult] = field(default_factory=dict)
+
+
+def _shard_jobs(
+    inv: Inventory,
+    routes: dict[str, list[str]],
+    fleet: Fleet,
+    run_dir: Path,
+    extravars: dict[str, Any],
+    runner: dict[str, Any],
+) -> dict[str, tuple[route.Executor, shards.ShardJob]]:
+    """One install job per executor that answered, its hosts resolved on the controller."""
+    jobs = {}
+    for name, names in routes.items():
+        if name == route.CONTROLLER or name in fleet.unanswered:
+            continue
+        digests = extravars["gpuboot_converged_digests"]
+        job = shards.build_job(
+            shards.shard_dir(run_dir, name),
+            {h: inv.resolved(h) for h in names},
+            PLAYBOOK.name,
+            {**extravars, "gpuboot_converged_digests": {h: digests[h] for h in names}},
+            runner=runner,
+            final_task=FINAL_TASK,
+            on_detach="finish",  # an install finishes into the spool when the controller goes
+        )
+        jobs[name] = (route.executor(inv, name), job)
+    return jobs
 
 
 def _roll_out(
@@ -317,15 +375,30 @@ def _roll_out(
     on_update: Callable[[dict[str, HostResult]], None] | None,
     resumed_from: str | None,
     progress: Any = None,
+    fleet: Fleet | None = None,
 ) -> InstallResult:
     """The batches of a checked, locked install; rollout.json saved after each batch and
-    when interrupted."""
-    hosts, size = state.hosts, state.batch_size
+    when interrupted. Each batch's hosts run where their domain says (gpuboot.executor)."""
+    fleet = fleet or Fleet()
+    hosts, size = [h for h in state.hosts if h not in fleet.recovered], state.batch_size
     started = time.monotonic()
     run_id, run_dir = new_run_dir("install")
     overlay = stack_overlay(inv, run_dir)
     digests = desired_digests(inv, hosts)
-    results: dict[str, HostResult] = {h: HostResult(host=h, pending=True) for h in hosts}
+    results: dict[str, HostResult] = {
+        **fleet.recovered,
+        **{h: HostResult(host=h, pending=True) for h in hosts},
+    }
+    again = (
+        Settings.from_record(state.settings).command(inv.path, check=True)
+        if check
+        else resume_command(inv.path, run_id)
+    )
+    extravars = {
+        "gpuboot_allow_reboot": allow_reboot,
+        "gpuboot_converged_digests": digests,
+        "gpuboot_converged_trust": not full,
+    }
     outcome = InstallResult(run_id, run_dir, 0.0, results, state, resumed_from)
     state.save(run_dir)
     try:
@@ -343,22 +416,6 @@ def _roll_out(
                 if not batch:
                     state.save(run_dir)
                     continue
-            spec = RunSpec(
-                playbook=PLAYBOOK,
-                inventory=(inv.path, overlay) if overlay else (inv.path,),
-                label="install",
-                limit=",".join(batch),
-                tags=tags,
-                forks=forks,
-                strategy=strategy,
-                check=check,
-                diff=diff,
-                extravars={
-                    "gpuboot_allow_reboot": allow_reboot,
-                    "gpuboot_converged_digests": digests,
-                    "gpuboot_converged_trust": not full,
-                },
-            )
             sub = run_dir if size >= len(hosts) else run_dir / f"batch-{number:02d}"
             paths.private_dir(sub)
 
@@ -366,17 +423,55 @@ def _roll_out(
                 if on_update is not None:
                     on_update({**results, **batch_hosts})
 
-            hooks = {}
+            def on_controller(names: list[str], hook: Any, sub: Path = sub) -> Any:
+                spec = RunSpec(
+                    playbook=PLAYBOOK,
+                    inventory=(inv.path, overlay) if overlay else (inv.path,),
+                    label="install",
+                    limit=",".join(names),
+                    tags=tags,
+                    forks=forks,
+                    strategy=strategy,
+                    check=check,
+                    diff=diff,
+                    extravars=extravars,
+                )
+                hooks = {"on_event": hook} if progress is not None else {}
+                return run(spec, show, into=(run_id, sub), **hooks)
+
             if progress is not None:
                 progress.batch(number, -(-len(hosts) // size), batch, len(hosts))
-                hooks["on_event"] = progress.event
-            played = run(spec, show, into=(run_id, sub), **hooks)
+            routes = route.routing(inv, batch, fleet.answered)
+            cmdline = [flag for flag, on in (("--check", check), ("--diff", diff)) if on]
+            runner = {
+                "forks": forks,
+                "tags": ",".join(tags) or None,
+                "cmdline": " ".join(cmdline) or None,
+                "gpuboot": {"strategy": strategy},
+            }
+            jobs = _shard_jobs(inv, routes, fleet, run_dir, extravars, runner)
+            found = play_batch(
+                routes,
+                controller=on_controller,
+                jobs=jobs,
+                unanswered=fleet.unanswered,
+                run_dir=run_dir,
+                results_dir=sub,
+                hint=again,
+                on_event=progress.event if progress is not None else None,
+            )
+            if diff:
+                for _, job in jobs.values():
+                    shards.keep_events(job.private_data_dir.parent)
             for host in batch:
-                result = played.hosts.get(host) or HostResult(
-                    host=host, failed=1, reason="the play never reached this host"
-                )
+                result = found[host]
                 results[host] = result
-                (state.failed if broken_hosts({host: result}) else state.converged).append(host)
+                if result.unknown:
+                    state.unknown.append(host)
+                elif broken_hosts({host: result}):
+                    state.failed.append(host)
+                else:
+                    state.converged.append(host)
             state.save(run_dir)
     except KeyboardInterrupt:
         # The interrupted batch's hosts stay pending: --resume redoes them.
@@ -384,12 +479,7 @@ def _roll_out(
         state.save(run_dir)
         raise KeyboardInterrupt(
             f"install stopped; {len(state.converged)} host(s) converged and "
-            f"{len(state.failed)} failed are kept in {run_dir / 'rollout.json'}; to go on: "
-            + (
-                Settings.from_record(state.settings).command(inv.path, check=True)
-                if check
-                else resume_command(inv.path, run_id)
-            )
+            f"{len(state.failed)} failed are kept in {run_dir / 'rollout.json'}; to go on: " + again
         ) from None
     outcome.elapsed_s = time.monotonic() - started
     if diff:  # what changed (--check: would), per change set; the whole in diff.txt

@@ -71,6 +71,8 @@ class RolloutState:
     check: bool = False  # a --check run converges nothing: never resumed from
     converged: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # hosts whose executor was lost before they finished: not done, not failed
+    unknown: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the rollout ended before its last batch
     settings: dict[str, Any] = field(default_factory=dict)  # Settings.to_dict()
     resumed_from: str | None = None  # the stopped rollout this run continued
@@ -78,7 +80,7 @@ class RolloutState:
     @property
     def pending(self) -> list[str]:
         """Hosts the rollout never reached."""
-        done = set(self.converged) | set(self.failed)
+        done = set(self.converged) | set(self.failed) | set(self.unknown)
         return [h for h in self.hosts if h not in done]
 
     @property
@@ -94,6 +96,7 @@ class RolloutState:
             "check": self.check,
             "converged": self.converged,
             "failed": self.failed,
+            "unknown": self.unknown,
             "pending": self.pending,
             "stopped": self.stopped,
             "settings": self.settings,
@@ -174,7 +177,13 @@ def resume_command(inventory: str | Path, run_id: str) -> str:
 
 
 # What --resume reads from a record, and the type each must have.
-RECORD_KEYS = {"inventory": str, "check": bool, "failed": list, "pending": list}
+RECORD_KEYS = {
+    "inventory": str,
+    "check": bool,
+    "failed": list,
+    "unknown": list,
+    "pending": list,
+}
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RECORD_MAX = 16 << 20  # a rollout of thousands of hosts is well under 1 MiB
 
@@ -197,6 +206,7 @@ def read_record(path: Path) -> dict[str, Any]:
         raise ValueError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ValueError(f"not a JSON object but {type(doc).__name__}")
+    doc.setdefault("unknown", [])  # a record from before executors
     for key, kind in RECORD_KEYS.items():
         if key not in doc:
             raise ValueError(f"key {key!r} is missing")
@@ -217,8 +227,8 @@ def read_record(path: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Resume:
-    """A stopped rollout to continue: its id, the hosts it left (failed, then never
-    reached, in rollout order) and what it was asked to do."""
+    """A stopped rollout to continue: its id, the hosts it left (failed, then unknown --
+    their executor was lost --, then never reached) and what it was asked to do."""
 
     run_id: str
     hosts: list[str]
@@ -230,7 +240,7 @@ class Resume:
 def _resume(run_id: str, doc: dict[str, Any]) -> Resume:
     return Resume(
         run_id,
-        doc["failed"] + doc["pending"],
+        doc["failed"] + doc["unknown"] + doc["pending"],
         doc.get("batch_size") or None,
         doc.get("budget"),
         Settings.from_record(doc.get("settings")),

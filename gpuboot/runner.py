@@ -55,6 +55,9 @@ class HostResult:
     changes: list[str] = field(default_factory=list)
     pending: bool = False  # in a rollout that stopped before reaching it
     interrupted: bool = False  # its play was stopped (Ctrl-C, SIGTERM) before its end
+    # its executor was lost before the host finished: neither ok nor failed (never broken)
+    unknown: bool = False
+    executor: str = "controller"  # who ran it: an executor's name, or the controller
 
     @property
     def status(self) -> str:
@@ -62,6 +65,8 @@ class HostResult:
             return "pending"
         if self.interrupted:
             return "interrupted"
+        if self.unknown:
+            return "unknown"
         if self.unreachable:
             return "unreachable"
         if self.failed:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 from gpuboot.cli import options
-from gpuboot.cli.outcome import Outcome, err
+from gpuboot.cli.outcome import EXIT_UNKNOWN, Outcome, err
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
+from gpuboot.ui import host_ranges
 
 
 def register(verbs, common) -> None:
@@ -51,8 +52,9 @@ def register(verbs, common) -> None:
         nargs="?",
         const="latest",
         metavar="RUN_ID",
-        help="redo only the failed and never-started hosts of an earlier install run"
-        " (default: the latest one of this inventory)",
+        help="redo only the hosts of an earlier install run not known done: failed, unknown"
+        " (their executor was lost; what it finished meanwhile is read, not redone) and"
+        " never started (default: the latest run of this inventory)",
     )
     inst.add_argument(
         "--allow-reboot",
@@ -110,5 +112,18 @@ def run(args) -> Outcome:
         )
     rollout = result.rollout
     failed = result.hosts and (rollout.failed or rollout.pending)
-    code = EXIT_NODE_FAILED if failed else EXIT_OK
-    return Outcome(code, result.to_dict(), render.install_text(result, args))
+    # a host whose executor was lost is not failed: 8 says so, unless a host truly failed
+    code = EXIT_NODE_FAILED if failed else EXIT_UNKNOWN if rollout.unknown else EXIT_OK
+    return Outcome(code, result.to_dict(), render.install_text(result, args) + unknown_text(result))
+
+
+def unknown_text(result) -> str:
+    """The hosts whose outcome is unknown (their executor was lost), one line per reason:
+    each reason ends in the command that finishes them."""
+    reasons: dict[str, list[str]] = {}
+    for host in result.rollout.unknown:
+        reasons.setdefault(result.hosts[host].reason or "", []).append(host)
+    return "".join(
+        f"\nunknown (not ok, not failed): {host_ranges(hosts)}: {reason}"
+        for reason, hosts in reasons.items()
+    )

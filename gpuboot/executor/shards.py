@@ -18,17 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuboot import paths
 from gpuboot.errors import BadInput, GpubootError
+from gpuboot.executor.journal import Journal
 from gpuboot.executor.outcome import LOST, UNKNOWN, ShardOutcome
-from gpuboot.executor.stream import Executor, ShardJob, run_shard
+from gpuboot.executor.stream import Executor, ShardJob, artifacts_dir, run_shard
 
 SHARDS_DIR = "shards"
 JOB_FILE = "job.json"
 OUTCOME_FILE = "outcome.json"
-INVENTORY = "inventory/hosts.yml"
+JOURNAL = "journal.jsonl"
+INVENTORY = "inventory/hosts.json"
 # Variables that are Ansible's own (set again where the play runs) or name a file on the
 # controller (the nodes' key travels as the job's env/ssh_key instead).
 NOT_TRANSMITTED = frozenset(
@@ -83,10 +83,9 @@ def build_job(
         str(h): {k: v for k, v in hv.items() if k not in NOT_TRANSMITTED} for h, hv in hosts.items()
     }
     paths.private_dir(private / "inventory")
-    paths.write_private(
-        private / INVENTORY,
-        yaml.safe_dump({"all": {"hosts": inventory}}, sort_keys=True, default_flow_style=False),
-    )
+    # JSON (which Ansible's yaml inventory reads): Ansible's own str types dump as str
+    doc = {"all": {"hosts": inventory}}
+    paths.write_private(private / INVENTORY, json.dumps(doc, sort_keys=True, default=str))
     env = paths.private_dir(private / "env")
     paths.write_private(env / "extravars", json.dumps(extravars or {}, default=str))
     if key is not None:
@@ -170,17 +169,31 @@ def run_one(
     return out
 
 
+def keep_events(where: Path) -> None:
+    """The shard's journaled events as job event files under its artifacts, where a
+    controller's run keeps them (what --diff reads)."""
+    events = Journal(where / JOURNAL).replay.events
+    target = paths.private_dir(artifacts_dir(where) / "job_events")
+    for number, event in enumerate(events):
+        paths.write_private(target / f"{number}.json", json.dumps(event))
+
+
 def run_shards(
     jobs: list[tuple[Executor, ShardJob]],
     run_dir: Path,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, ShardOutcome]:
     """Run every job on its executor at once (one thread each); executor name -> outcome.
-    One job per executor per call. ``on_event(executor, event)`` sees each job event once,
-    one call at a time."""
+    Each job was built by ``build_job(shard_dir(run_dir, executor), ...)`` and runs in that
+    directory; one job per executor per call. ``on_event(executor, event)`` sees each job
+    event once, one call at a time."""
     names = [e.name for e, _ in jobs]
     if len(set(names)) != len(names):
         raise ValueError(f"one job per executor per call, got {names}")
+    root = (run_dir / SHARDS_DIR).resolve()
+    for _, job in jobs:
+        if job.private_data_dir.parent.parent.resolve() != root:
+            raise ValueError(f"{job.private_data_dir} is not a shard directory of {run_dir}")
     lock = threading.Lock()
     outcomes: dict[str, ShardOutcome] = {}
 
@@ -189,7 +202,7 @@ def run_shards(
             with lock:
                 on_event(executor.name, event)
 
-        where = shard_dir(run_dir, executor.name)
+        where = job.private_data_dir.parent
         out = run_one(executor, job, where, seen if on_event is not None else None)
         with lock:
             outcomes[executor.name] = out

@@ -113,7 +113,7 @@ OnEvent = Callable[[dict[str, Any]], None]
 
 
 def _consume(
-    reader: WireReader, journal: Journal, artifacts_dir: Path, on_event: OnEvent | None
+    reader: WireReader, journal: Journal, unpack_to: Path, on_event: OnEvent | None
 ) -> str | None:
     """Journal every unit; why the stream stopped short, or None when it closed between units.
     ``on_event`` sees each job event once, after it is journaled."""
@@ -125,8 +125,8 @@ def _consume(
                 if journal.event(unit.data, reader.offset) and on_event is not None:
                     on_event(unit.data)
             elif unit.kind == "artifacts":
-                artifacts.unpack(unit.data, artifacts_dir)
-                journal.rc(_read_rc(artifacts_dir), reader.offset)
+                artifacts.unpack(unit.data, unpack_to)
+                journal.rc(_read_rc(unpack_to), reader.offset)
             elif unit.kind == "eof":
                 journal.eof(reader.offset)
             elif unit.kind == "trailer":
@@ -138,9 +138,15 @@ def _consume(
     return None
 
 
-def _read_rc(artifacts_dir: Path) -> int | None:
+def artifacts_dir(shard_dir: Path) -> Path:
+    """Where a shard's artifacts are unpacked: ``artifacts/job/`` as in a controller's run
+    (its ``job_events/`` stays empty: a streamed job's events are in the journal)."""
+    return shard_dir / "artifacts" / "job"
+
+
+def _read_rc(where: Path) -> int | None:
     try:
-        return int((artifacts_dir / "rc").read_text().strip())
+        return int((where / "rc").read_text().strip())
     except (OSError, ValueError):
         return None
 
@@ -176,7 +182,7 @@ def _run_channel(
         offset=journal.replay.offset,
     )
     try:
-        cut = _consume(reader, journal, shard_dir / "artifacts", on_event)
+        cut = _consume(reader, journal, artifacts_dir(shard_dir), on_event)
     finally:
         _end_channel(proc, job.grace_s)
         proc.stdout.close()

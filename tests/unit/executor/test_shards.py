@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpuboot.executor import shards
 from gpuboot.executor.stream import Executor
@@ -50,8 +49,8 @@ def _local(tmp_path: Path, name: str, playbooks: Path) -> Executor:
     )  # fmt: skip
 
 
-def _job(tmp_path: Path, name: str, hosts: dict, play: str = "ok.yml", **kw):
-    where = tmp_path / "build" / name
+def _job(tmp_path: Path, executor: str, hosts: dict, play: str = "ok.yml", **kw):
+    where = shards.shard_dir(tmp_path / "run", executor)
     return shards.build_job(
         where,
         hosts,
@@ -73,7 +72,7 @@ def test_a_job_carries_only_the_shards_hosts_resolved_and_the_nodes_key(tmp_path
         {"gpuboot_allow_reboot": False}, final_task="done",
     )  # fmt: skip
     private = job.private_data_dir
-    hosts = yaml.safe_load((private / "inventory" / "hosts.yml").read_text())["all"]["hosts"]
+    hosts = json.loads((private / "inventory" / "hosts.json").read_text())["all"]["hosts"]
     assert set(hosts) == {"h1"}
     assert "group_names" not in hosts["h1"] and "inventory_dir" not in hosts["h1"]
     assert "ansible_ssh_private_key_file" not in hosts["h1"]  # a path on the controller
@@ -113,8 +112,8 @@ def test_shards_run_at_once_each_journaled_and_no_secret_left_on_the_controller(
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     jobs = [
         (_local(tmp_path, "ex-a", playbooks),
-         _job(tmp_path, "a", _hosts("h1", "h2", ansible_ssh_private_key_file=str(key)))),
-        (_local(tmp_path, "ex-b", playbooks), _job(tmp_path, "b", _hosts("h3"))),
+         _job(tmp_path, "ex-a", _hosts("h1", "h2", ansible_ssh_private_key_file=str(key)))),
+        (_local(tmp_path, "ex-b", playbooks), _job(tmp_path, "ex-b", _hosts("h3"))),
     ]  # fmt: skip
     seen: list[tuple[str, str]] = []
     run_dir = tmp_path / "run"
@@ -137,7 +136,7 @@ def test_shards_run_at_once_each_journaled_and_no_secret_left_on_the_controller(
     assert not any(JOB_SECRET in p.read_text(errors="replace") for p in run_dir.rglob("*.json"))
     # a second batch on the same executor gets a shard directory of its own
     again = shards.run_shards(
-        [(_local(tmp_path, "ex-b", playbooks), _job(tmp_path, "b2", _hosts("h3")))], run_dir
+        [(_local(tmp_path, "ex-b", playbooks), _job(tmp_path, "ex-b", _hosts("h3")))], run_dir
     )
     assert again["ex-b"].state == "complete"
     assert (run_dir / "shards" / "ex-b-2" / "job.json").is_file()
@@ -145,7 +144,7 @@ def test_shards_run_at_once_each_journaled_and_no_secret_left_on_the_controller(
 
 @pytest.mark.subprocess
 def test_a_playbook_the_executor_does_not_ship_is_refused_there(tmp_path, playbooks):
-    job = _job(tmp_path, "a", _hosts("h1"), play="elsewhere.yml")
+    job = _job(tmp_path, "ex-a", _hosts("h1"), play="elsewhere.yml")
     out = shards.run_shards([(_local(tmp_path, "ex-a", playbooks), job)], tmp_path / "run")
     assert out["ex-a"].state == "lost"
     assert "not one of this executor's shipped playbooks" in out["ex-a"].reason
@@ -156,8 +155,8 @@ def test_a_playbook_the_executor_does_not_ship_is_refused_there(tmp_path, playbo
 def test_an_executor_that_cannot_start_makes_its_shard_lost_not_an_error(tmp_path, playbooks):
     gone = Executor("ex-gone", (str(tmp_path / "no-such-ssh"),))
     jobs = [
-        (gone, _job(tmp_path, "g", _hosts("h9"))),
-        (_local(tmp_path, "ex-a", playbooks), _job(tmp_path, "a", _hosts("h1"))),
+        (gone, _job(tmp_path, "ex-gone", _hosts("h9"))),
+        (_local(tmp_path, "ex-a", playbooks), _job(tmp_path, "ex-a", _hosts("h1"))),
     ]
     out = shards.run_shards(jobs, tmp_path / "run")
     assert out["ex-gone"].state == "lost" and "cannot reach" in out["ex-gone"].reason
