@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuboot.errors import ConfigError
+from gpuboot.inventory.rdma import check_rdma_vars
 
 if TYPE_CHECKING:
     from gpuboot.stacks.model import Stack
@@ -58,6 +59,7 @@ def check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, HostV
     views: dict[str, HostView] = {}
     for host, hostvars in hosts.items():
         profile = _host_profile(path, host, hostvars)
+        check_rdma_vars(path, host, hostvars, profile)  # pod RDMA: gpuboot_rdma_*
         layout = _mig_layout(hostvars, profile, f"{path}: {host}.gpuboot_mig")
         stack = _host_stack(path, host, hostvars)
         if stack is not None:
