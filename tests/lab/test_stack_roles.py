@@ -1,5 +1,6 @@
-"""The whole stack's roles on a 1-node lab: converge a stack, stay put, upgrade, reboot,
-downgrade. One lab, tests run in file order (each builds on the node the previous left)."""
+"""The whole stack's roles on node1 of a lab: converge a stack, stay put, upgrade, reboot,
+downgrade; last, node2 joins on the other branch and `matrix import` pins both halls. One
+lab, tests run in file order (each builds on the node the previous left)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,19 @@ def pinned(stack: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def lab(make_lab) -> labmod.Lab:
-    return make_lab(nodes=1, stack=LTS)
+def two_nodes(make_lab) -> tuple[labmod.Lab, dict]:
+    """The lab, whose inventory names node1 alone, and node2's inventory entry: node2 joins
+    only the import test's own inventory (a second hall on another branch)."""
+    lab = make_lab(nodes=2, stack=LTS)
+    doc = yaml.safe_load(lab.inventory.read_text())
+    node2 = doc["all"]["children"]["gpu_nodes"]["hosts"].pop("node2")
+    lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return lab, node2
+
+
+@pytest.fixture(scope="module")
+def lab(two_nodes) -> labmod.Lab:
+    return two_nodes[0]
 
 
 def install(lab, *extra) -> dict:
@@ -334,3 +346,42 @@ def test_two_controllers_never_converge_the_node_at_once(lab, tmp_path):
     took = install_b("--tags", "baseline")
     assert took.returncode == 0, took.stdout[-2000:] + took.stderr[-2000:]
     assert ssh_ok(lab, f"cat {LEASE} 2>/dev/null || true") == ""
+
+
+def test_matrix_import_pins_a_550_hall_and_a_570_hall_and_install_keeps_both(two_nodes, tmp_path):
+    """Adopting a running fleet: hall 550 (node1, as the tests above left it, converged
+    here when run alone) and hall 570 (node2) become two site stacks that `matrix check`
+    accepts, and pointing each hall at its stack changes nothing (install --check, plan)."""
+    lab, node2 = two_nodes
+    doc = yaml.safe_load(lab.inventory.read_text())
+    doc["all"]["vars"]["gpuboot_stack"] = LTS
+    node1 = doc["all"]["children"]["gpu_nodes"]["hosts"]["node1"]
+    halls = {"hall_550": {"hosts": {"node1": node1}}, "hall_570": {"hosts": {"node2": node2}}}
+    halls["hall_570"]["vars"] = {"gpuboot_stack": PROD}
+    doc["all"]["children"]["gpu_nodes"] = {"children": halls}
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(yaml.safe_dump(doc, sort_keys=False))
+    converged = gpuboot("install", "-i", str(fleet), "--json", check_rc=0)
+    assert json.loads(converged.stdout)["hosts"]["node2"]["changed"] > 0
+    assert "Driver Version: 570.133.20" in ssh_ok(lab, "nvidia-smi", "node2")
+
+    site = tmp_path / "site"
+    imported = json.loads(
+        gpuboot(
+            "matrix", "import", "-i", str(fleet), "--out", str(site), "--json", check_rc=0
+        ).stdout
+    )
+    assert [(s["stack"], s["hosts"]) for s in imported["stacks"]] == [
+        ("site-hall-550", ["node1"]),
+        ("site-hall-570", ["node2"]),
+    ], imported
+    for entry in imported["stacks"]:
+        gpuboot("matrix", "check", entry["file"], "--json", check_rc=0)
+        hall = entry["stack"].removeprefix("site-").replace("-", "_")
+        halls[hall]["vars"] = {"gpuboot_stack": entry["file"]}
+    fleet.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    kept = json.loads(gpuboot("install", "-i", str(fleet), "--check", "--json", check_rc=0).stdout)
+    assert {h: r["changed"] for h, r in kept["hosts"].items()} == {"node1": 0, "node2": 0}, kept
+    planned = json.loads(gpuboot("plan", "-i", str(fleet), "--json", check_rc=0).stdout)
+    assert {n["host"]: n["changes"] for n in planned["nodes"]} == {"node1": 0, "node2": 0}
