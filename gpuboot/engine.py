@@ -37,6 +37,7 @@ from gpuboot.executor.collect_fleet import (
     CONTROLLER,
     Shard,
     collect_shards,
+    in_background,
     plan_shards,
     refuse_pairs,
 )
@@ -152,12 +153,10 @@ def collect_nodes(
     steps.phase("collecting evidence", names + routed)
     for name in routed:
         steps.started_host(name)
-    with ThreadPoolExecutor(max_workers=1) as through:
-        remote = through.submit(
-            collect_shards, shards, level, run_dir, on_detach=on_detach, finished=finished
-        )
-        store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
-        store |= remote.result()
+    through = functools.partial(collect_shards, on_detach=on_detach, finished=finished)
+    remote = in_background(functools.partial(through, shards, level, run_dir))
+    store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
+    store |= remote()
     # pairs among the controller's nodes only: never across halls (collect_fleet refuses
     # executor-routed hosts that would pair)
     ok = {n: store[n].entry() for n in names if isinstance(store[n], NodeEvidence)}

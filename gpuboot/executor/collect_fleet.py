@@ -10,11 +10,12 @@ refused (exit 2) naming the hosts and the way out.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuboot.errors import BadInput
 from gpuboot.executor import route, shards
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from gpuboot.inventory import Inventory
 
 CONTROLLER = route.CONTROLLER
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,34 @@ def plan_shards(inv: Inventory, hosts: list[str]) -> tuple[list[str], dict[str, 
     return routes.get(CONTROLLER, []), planned
 
 
+def in_background(fn: Callable[[], T]) -> Callable[[], T]:
+    """``fn`` started on a daemon thread: a Ctrl-C on the controller never waits for a
+    shard (its executor finishes a certify into the spool, cancels a scan). The call
+    returned waits for ``fn``'s result, or raises what it raised."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["exc"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if "exc" in box:
+            raise box["exc"]
+        return box["out"]
+
+    return result
+
+
 def collect_shards(
     planned: Mapping[str, Shard],
     level: str | None,
-    run_dir: Path,
+    run_dir: Path | None,
     *,
     on_detach: str,
     finished: Callable[[str, Outcome], None] = lambda _h, _o: None,
@@ -120,5 +146,7 @@ def collect_shards(
 
     if not planned:
         return {}
-    with ThreadPoolExecutor(max_workers=len(planned)) as pool:
-        return {h: o for store in pool.map(one, list(planned)) for h, o in store.items()}
+    if run_dir is None:
+        raise ValueError("shards need a run dir for their journals")
+    running = [in_background(partial(one, name)) for name in planned]
+    return {h: o for result in running for h, o in result().items()}

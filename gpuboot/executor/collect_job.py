@@ -41,7 +41,8 @@ from gpuboot.profiles import load_profile
 from gpuboot.remote import RemoteTimeout
 
 PLAYBOOK = "collect.yml"
-TASK = "Collect evidence"  # collect.yml's one task: a host that reached it has answered
+# collect.yml's one task: a host that reached it has answered
+TASK = "COLL-001 | AUDIT | Collect the node's evidence for the controller to judge"
 BEGIN = "gpuboot-collect-begin"
 END = "gpuboot-collect-end"
 _END_LINE = re.compile(rf"\n{END} (\d{{1,3}}) (\d{{1,15}}) ([0-9a-f]{{64}})\n?\Z")

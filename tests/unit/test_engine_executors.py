@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,8 @@ from gpuboot.cli.outcome import EXIT_UNKNOWN
 from gpuboot.errors import EXIT_BAD_INPUT, BadInput
 from gpuboot.executor import collect_fleet, route
 from gpuboot.executor.stream import Executor
-from tests.unit.executor.conftest import REPLAY, python_channel, stream
-from tests.unit.test_engine import PINS, Local
+from tests.unit.executor.conftest import HALF_OPEN, REPLAY, python_channel, stream
+from tests.unit.test_engine import PINS, Failing, Local
 
 pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 
@@ -127,6 +128,19 @@ def test_certify_and_scan_exit_8_when_an_executor_was_lost(inv, monkeypatch, cap
     history = inv.parent / "history.jsonl"
     argv = ["scan", "-i", str(inv), "--limit", "a1", "--history", str(history), "--json"]
     assert cli.main(argv) == EXIT_UNKNOWN
+
+
+def test_ctrl_c_never_waits_for_an_executor(inv, monkeypatch):
+    """The controller's Ctrl-C ends the run at once: a shard still running is left to its
+    executor (a certify finishes into the spool), never waited for."""
+    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names))
+    silent = python_channel("ex1", HALF_OPEN)  # speaks once, then holds the channel
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: silent)
+    monkeypatch.setattr(transport, "connect", lambda *_a, **_k: Failing(KeyboardInterrupt()))
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="certify stopped before a verdict"):
+        engine.run(str(inv))
+    assert time.monotonic() - started < 10  # the shard's heartbeat is 20 s
 
 
 def test_hosts_that_would_pair_through_an_executor_are_refused_before_any_host(inv, monkeypatch):
