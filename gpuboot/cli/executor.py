@@ -77,6 +77,7 @@ def _versions(inv, name: str) -> tuple[dict[str, str] | None, str | None]:
 def run(args) -> Outcome:
     from gpuboot import paths, runner
     from gpuboot.executor import wheelhouse
+    from gpuboot.executor.versions import local_versions
     from gpuboot.inventory import load_inventory
 
     inv = load_inventory(args.inventory)
@@ -95,6 +96,7 @@ def run(args) -> Outcome:
             "gpuboot_executor_wheelhouse_python": house.python,
             "gpuboot_executor_wheelhouse_pip": house.pip,
             "gpuboot_executor_wheelhouse_wheels": ",".join(house.wheels),
+            "gpuboot_executor_versions": local_versions(),
         },
     )
     result = runner.run(spec)

@@ -2,9 +2,11 @@
 make gpuboot's venv from the controller's wheelhouse unless it was made from it.
 
 argv: venv, wheelhouse tar, its key, the Python X.Y its wheels are for, pip's wheel, the
-wheels (one comma list). Prints "changed" or "unchanged".
+wheels (one comma list), the versions its supervisor must report (JSON). Prints "changed"
+or "unchanged".
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,7 +15,7 @@ import tarfile
 import tempfile
 import venv
 
-venv_dir, tar_path, key, python, pip_wheel, wheels = sys.argv[1:7]
+venv_dir, tar_path, key, python, pip_wheel, wheels, expected = sys.argv[1:8]
 here = f"{sys.version_info[0]}.{sys.version_info[1]}"
 if here != python:
     sys.exit(f"this executor's python3 is {here}; the controller's wheels are for {python}")
@@ -23,7 +25,21 @@ try:
         made_from = f.read().strip()
 except OSError:
     made_from = None
-if made_from == key:
+
+
+def runs_expected() -> bool:
+    """The venv's supervisor reports the versions the controller runs."""
+    worker = os.path.join(venv_dir, "bin", "gpuboot-executor-worker")
+    try:
+        done = subprocess.run([worker, "versions"], capture_output=True, text=True, check=False)
+        said = json.loads(done.stdout) if done.returncode == 0 else {}
+    except (OSError, ValueError):
+        return False
+    return isinstance(said, dict) and all(said.get(p) == v for p, v in json.loads(expected).items())
+
+
+# Made from this wheelhouse and still running its versions (not altered since): nothing to do.
+if made_from == key and runs_expected():
     print("unchanged")
     sys.exit(0)
 
