@@ -171,6 +171,19 @@ def test_serial_batches_span_executors_and_the_budget_is_the_fleets(executors, c
     )
 
 
+def test_check_and_diff_go_through_the_executors_too(executors, capsys):
+    executors["gate"].touch()
+    code, doc = _install(executors, capsys, "--check", "--diff")
+    assert code == 0 and doc["rollout"]["check"] is True
+    assert {r["executor"] for r in doc["hosts"].values()} == {"ex-a", "ex-b"}
+    run_dir = Path(doc["run_dir"])
+    command = json.loads((run_dir / "shards/ex-a-1/artifacts/job/command").read_text())
+    assert {"--check", "--diff"} <= set(command["command"])  # what ran on the executor
+    # the shards' events where --diff reads a run's events
+    assert list(run_dir.glob("shards/ex-a-1/artifacts/job/job_events/*.json"))
+    assert (run_dir / "diff.txt").is_file()
+
+
 def test_a_killed_supervisor_leaves_its_unfinished_hosts_unknown_exit_8_and_resume_runs_them(
     executors, capsys
 ):
@@ -228,7 +241,7 @@ def test_a_shard_whose_ssh_died_finishes_into_the_spool_and_resume_reads_it(exec
     assert _statuses(again) == {"a1": ("ok", "ex-a")}
     assert again["rollout"]["converged"] == ["a1"]
     # read from the spool, not run again: no second job on the executor
-    assert len(list((executors["tmp"] / "jobs-ex-a").glob("*/meta.json"))) <= 1
+    assert len(list((executors["tmp"] / "jobs-ex-a").glob("*/meta.json"))) == 1
     assert not job.spool.exists()  # released once read
 
 
