@@ -24,6 +24,7 @@ from typing import Any, Literal
 from gpuboot.errors import GpubootError
 from gpuboot.k8s import conditions as C
 from gpuboot.k8s import labels as L
+from gpuboot.k8s.rdma_labels import rdma_labels
 from gpuboot.report.extent import refusal
 from gpuboot.results import NodeReport
 from gpuboot.verdict import Status
@@ -86,9 +87,8 @@ def read_certificate(path: str | Path, host: str, now: datetime) -> CertInfo:
     return CertInfo(hashlib.sha256(data).hexdigest(), int(expires.timestamp()), doc)
 
 
-def stack_of(bundle: Path | None, host: str, cert: CertInfo | None) -> str | None:
-    """The pinned stack name (the host's meta.json in the run's ``bundle``), else the pinned
-    driver version, else the driver the certificate's fingerprint saw."""
+def pins_of(bundle: Path | None, host: str) -> dict[str, Any]:
+    """The host's recorded variables (meta.json "pins" in the run's ``bundle``), or {}."""
     pins: Any = {}
     if bundle:
         from gpuboot.bundle.names import META, is_safe_name
@@ -100,8 +100,15 @@ def stack_of(bundle: Path | None, host: str, cert: CertInfo | None) -> str | Non
                 pins = parse_meta(read_file_capped(host_dir / META), str(host_dir)).get("pins")
         except GpubootError:
             pins = {}
+    return pins if isinstance(pins, dict) else {}
+
+
+def stack_of(bundle: Path | None, host: str, cert: CertInfo | None) -> str | None:
+    """The pinned stack name (the host's meta.json in the run's ``bundle``), else the pinned
+    driver version, else the driver the certificate's fingerprint saw."""
+    pins = pins_of(bundle, host)
     for key in ("gpuboot_stack", "nvidia_driver_version"):
-        if isinstance(pins, dict) and pins.get(key):
+        if pins.get(key):
             return str(pins[key])
     driver = ((cert.doc.get("fingerprint") or {}).get("driver") or {}) if cert else {}
     return str(driver["driver_version"]) if driver.get("driver_version") else None
@@ -134,6 +141,7 @@ def _uncertified(node: NodeReport, statuses: tuple[str, ...], *, allow_warn: boo
             L.LABEL_STACK: None,
             L.LABEL_CERT_SHA: None,
             L.LABEL_CERT_EXPIRY: None,
+            **rdma_labels(node, {}),  # no RDMA offered by a node taken out
         },
         state=L.STATE_TAKEN_OUT,
         conditions=_conditions(node, allow_warn=allow_warn),
@@ -208,6 +216,7 @@ def decide(
             L.LABEL_CERT_EXPIRY: str(cert.expires),
             L.LABEL_FAILED_RULES: None,
             L.LABEL_RECOMMENDED_ACTION: None,
+            **rdma_labels(node, pins_of(bundle, host)),
         },
         cordon="uncordon-ours",
         state=None,

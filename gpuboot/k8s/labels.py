@@ -32,6 +32,12 @@ STATES = (STATE_TAKEN_OUT, STATE_NONCOMPLIANT, STATE_REMEDIATING, STATE_QUARANTI
 # set when remediation gives up on the node (needs hardware): no further automatic action
 LABEL_ACTION = PREFIX + "action"
 QUARANTINE_RMA = "rma"
+# what a node offers pods over RDMA, for a CNI's or scheduler's node selector: set only on a
+# node whose RDM rules passed (gpuboot.k8s.rdma_labels)
+LABEL_RDMA_MODE = PREFIX + "rdma-mode"  # sriov | shared
+LABEL_RDMA_RAILS = PREFIX + "rdma-rails"  # the RoCE rail NICs, one per GPU
+LABEL_RDMA_VFS_PER_RAIL = PREFIX + "rdma-vfs-per-rail"  # sriov only
+RDMA_LABELS = (LABEL_RDMA_MODE, LABEL_RDMA_RAILS, LABEL_RDMA_VFS_PER_RAIL)
 ALL_LABELS = (
     LABEL_CERTIFIED,
     LABEL_STACK,
@@ -39,6 +45,7 @@ ALL_LABELS = (
     LABEL_CERT_EXPIRY,
     LABEL_FAILED_RULES,
     LABEL_RECOMMENDED_ACTION,
+    *RDMA_LABELS,
 )
 
 # Marks a cordon gpuboot made, so gpuboot never lifts a cordon someone else made.
