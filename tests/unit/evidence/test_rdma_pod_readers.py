@@ -24,6 +24,12 @@ def test_rdma_system_reads_the_netns_mode_and_the_other_settings():
     assert s.netns == "shared" and s.fields["copy-on-fork"] == "on"
 
 
+def test_rdma_system_in_exclusive_mode():
+    assert parse_rdma_system(_read("rdma_system_show.exclusive-copy-on-fork.txt")).netns == (
+        "exclusive"
+    )
+
+
 def test_rdma_system_of_an_older_iproute2_prints_the_mode_alone():
     assert parse_rdma_system("netns exclusive\n").netns == "exclusive"
 
