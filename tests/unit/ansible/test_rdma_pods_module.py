@@ -123,6 +123,10 @@ def test_a_firmware_change_records_the_reboot_and_the_vfs_wait_for_it(lab):
     assert "sriov_totalvfs: 16 after the reboot" in shown
     assert "firmware SR-IOV applies at the next boot: enp26s0np0 (0000:1a:00.0)" in shown
     assert not lab.marker.exists()
+    # --check: the VF part after it shows the count the reboot brings, and does not fail
+    vfs_preview = lab.run("vfs", check=True, vfs=16)
+    assert vfs_preview["changed"] is True and not vfs_preview.get("failed"), vfs_preview
+    assert vfs_preview["diff"][0]["after"] == "sriov_numvfs: 16 after the reboot\n"
     q = lab.emu.run("mlxconfig", "-d", "0000:1a:00.0", "q", check=True).out
     assert "NUM_OF_VFS                          8\n" in q
     done = lab.run("firmware", vfs=16)

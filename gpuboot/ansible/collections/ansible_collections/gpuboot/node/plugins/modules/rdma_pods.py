@@ -179,9 +179,10 @@ def vfs(r, pf, want):
     if have == want:
         return state
     if want > total:
-        if os.path.exists(r.p["reboot_marker"]):
+        # --check: the firmware part before this one recorded no reboot, but would have
+        if os.path.exists(r.p["reboot_marker"]) or r.module.check_mode:
             r.module.warn(f"rail {pf}: {want} VFs wait for the pending reboot ({total} offered)")
-            state["set"] = False
+            state["set"], state["after_reboot"] = False, True
             return state
         r.fail(f"rail {pf}: the firmware offers {total} VFs, {want} wanted (part firmware first)")
     if r.module.check_mode:
@@ -255,8 +256,10 @@ def plan(r, part, rails):
             differs = s["set"]
         elif part == "vfs":
             s = vfs(r, pf, p["vfs"])
-            before, after = [("sriov_numvfs", s["numvfs"])], [("sriov_numvfs", p["vfs"])]
-            differs = s["set"]
+            later = s.get("after_reboot")
+            before = [("sriov_numvfs", s["numvfs"])]
+            after = [("sriov_numvfs", f"{p['vfs']} after the reboot" if later else p["vfs"])]
+            differs = s["set"] or (later and r.module.check_mode)
         elif part == "mtu":
             s = mtu(r, pf, p["mtu"])
             before, after = list(s.items()), [(k, p["mtu"]) for k in s]
