@@ -263,7 +263,9 @@ def _judge_host(
     # records "outputs") did not write them; only there is a file absent "not given".
     hand_collected = manifest is None and "outputs" not in meta
     findings = _partial(evidence, ctx, _rules_of(evidence, meta), hand_collected)
-    return _partial_verdict(_node_report(host, findings))
+    report = _partial_verdict(_node_report(host, findings))
+    collected_by = meta.get("executor")  # who collected the evidence, as certify recorded
+    return replace(report, executor=collected_by) if isinstance(collected_by, str) else report
 
 
 def _rules_of(evidence: Evidence, meta: dict[str, Any]) -> list[str] | None:

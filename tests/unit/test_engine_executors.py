@@ -15,6 +15,7 @@ import pytest
 
 from gpuboot import cli, engine, remote, transport
 from gpuboot.bundle.names import META
+from gpuboot.certify import evaluate_bundle
 from gpuboot.checks import rules
 from gpuboot.cli.outcome import EXIT_UNKNOWN
 from gpuboot.errors import EXIT_BAD_INPUT, BadInput
@@ -76,17 +77,16 @@ def test_domain_hosts_are_collected_by_their_executor_and_judged_alike(inv, monk
     monkeypatch.setattr(route, "executor", lambda _inv, _name: _supervisor(inv.parent))
     report = engine.run(str(inv))
     nodes = by_host(report)
-    assert {h: n.executor for h, n in nodes.items()} == {
-        "a1": "ex1",
-        "a2": "ex1",
-        "c1": "controller",
-    }
+    ran_by = {h: n.executor for h, n in nodes.items()}
+    assert ran_by == {"a1": "ex1", "a2": "ex1", "c1": "controller"}
     # the same machine answered all three: the same rules, the same statuses
     statuses = {h: {f.rule: f.status for f in n.findings} for h, n in nodes.items()}
     assert statuses["a1"] == statuses["c1"] == statuses["a2"]
     for host, node in nodes.items():
         meta = json.loads((report.bundle / host / META).read_text())
         assert meta["executor"] == node.executor
+    again = evaluate_bundle(str(report.bundle)).nodes  # evaluate says who collected, too
+    assert {n.host: n.executor for n in again} == ran_by
     shard = next((report.run_dir / "shards").iterdir())
     assert shard.name == "ex1-1" and (shard / "journal.jsonl").is_file()
     assert not (shard / "private").exists()  # the job's data went with the stream
