@@ -357,7 +357,8 @@ def _create(
     (ssh_dir / "known_hosts").write_text("\n".join(known_hosts) + "\n")
     for hall in lab.halls:
         progress(f"{hall.executor}: starting at {hall.executor_ip} and {hall.executor_hall_ip}")
-        _start_executor(lab, hall, net_name, images["debian"])
+        keys = [r.public_key_path for r in (repo, rpm_repo) if r is not None]
+        _start_executor(lab, hall, net_name, images["debian"], keys)
     for hall in lab.halls:
         _isolate(hall)
     _write_inventory(lab, repo, rpm_repo, repo_ip, hw_profile)
@@ -382,10 +383,12 @@ def _in_hall(node: Node) -> str:
     return f", in {node.domain}" if node.domain else ""
 
 
-def _start_executor(lab: Lab, hall: Hall, net_name: str, image: str) -> None:
+def _start_executor(lab: Lab, hall: Hall, net_name: str, image: str, repo_keys: list[Path]) -> None:
     """The hall's execution node: on the management network and on its hall, reached by
     the controller over SSH with the lab's key; it knows the hall nodes' host keys
-    (/etc/ssh/ssh_known_hosts), so its SSH to them checks them as the controller's does."""
+    (/etc/ssh/ssh_known_hosts), so its SSH to them checks them as the controller's does.
+    The repositories' public keys sit at the paths the inventory names: the play's file
+    lookups read them where it runs, on the executor."""
     ssh_dir, hall_dir = lab.dir / "ssh", lab.dir / "executors" / hall.executor
     hall.executor_container_id = podman(
         "run",
@@ -409,6 +412,7 @@ def _start_executor(lab: Lab, hall: Hall, net_name: str, image: str) -> None:
         f"{ssh_dir / 'id_ed25519.pub'}:/root/.ssh/authorized_keys:ro",
         "-v",
         f"{ssh_dir / 'known_hosts'}:/etc/ssh/ssh_known_hosts:ro",
+        *(arg for key in repo_keys for arg in ("-v", f"{key}:{key}:ro")),
         image,
     ).stdout.strip()
     lab.save()
