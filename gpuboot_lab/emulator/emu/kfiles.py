@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from . import kmod, model, nic, paths, sriov, state
+from . import kmod, model, nic, paths, sriov_sysfs, state
 from .state import Node
 
 
@@ -53,7 +53,7 @@ def _sync_ecn(node: Node) -> None:
 
 def sync(node: Node) -> None:
     _sync_ecn(node)
-    sriov.render(node)
+    sriov_sysfs.render(node)
     mods = kmod.loaded(node)
     sys_module = paths.p(paths.SYS + "/module")
     os.makedirs(sys_module, exist_ok=True)

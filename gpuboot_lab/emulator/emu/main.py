@@ -32,7 +32,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "rdma": ("roce", "rdma"),
     "show_gids": ("roce", "show_gids"),
     "ethtool": ("roce", "ethtool"),
-    "udevadm": ("sriov", "udevadm"),  # settle: the VFs written for come up
+    "udevadm": ("rdma_tools", "udevadm"),  # settle: the VFs written for come up
     "mlxconfig": ("rdma_tools", "mlxconfig"),
     "cma_roce_mode": ("rdma_tools", "cma_roce_mode"),
     "cma_roce_tos": ("rdma_tools", "cma_roce_tos"),

@@ -1,5 +1,6 @@
-"""mlxconfig (MFT: the firmware's SR-IOV settings, applied at the next boot) and MOFED's
-cma_roce_mode / cma_roce_tos (RDMA CM's default RoCE mode and ToS of a device, in configfs)."""
+"""mlxconfig (MFT: the firmware's SR-IOV settings, applied at the next boot), MOFED's
+cma_roce_mode / cma_roce_tos (RDMA CM's default RoCE mode and ToS of a device, in configfs)
+and `udevadm settle` (the VFs written for come up)."""
 
 from __future__ import annotations
 
@@ -142,3 +143,17 @@ def cma_roce_mode(argv: list[str]) -> int:
 def cma_roce_tos(argv: list[str]) -> int:
     """cma_roce_tos -d DEV [-p PORT] [-t TOS]: show or set RDMA CM's default ToS."""
     return _cm_tool(argv, "-t", "default_roce_tos", {})
+
+
+def udevadm(argv: list[str]) -> int:
+    """`udevadm settle`: the queued device events are done (here: the VFs written for exist).
+    Anything else goes to the node's own udevadm."""
+    if argv[:1] == ["settle"]:
+        with state.transaction() as node:
+            sriov.settle(node)
+        return 0
+    for real in ("/usr/bin/udevadm", "/bin/udevadm"):
+        if os.path.exists(real) and not paths.root():
+            os.execv(real, [real, *argv])
+    sys.stderr.write("udevadm: only settle is emulated here\n")
+    return 1

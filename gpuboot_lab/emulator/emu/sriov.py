@@ -7,23 +7,18 @@ Where it lives, as on a real node:
   them current; sriov_totalvfs is the current NUM_OF_VFS (0 without SRIOV_EN).
 - VFs: volatile state, created from what was written to sriov_numvfs. A real write creates
   them at once; here a plain file cannot react, so `udevadm settle` (which scripts run after
-  the write anyway, to wait for the VF netdevs) and `gpuemu ctl boot` create them. A boot
-  starts with none.
+  the write anyway, to wait for the VF netdevs) creates them. A boot starts with none.
 - MTU, RDMA CM mode and ToS: the files under sysfs/configfs themselves (writes go straight
   to them, as to the real attributes); a boot starts from the defaults.
 - namespace mode: ib_core's, taken from `options ib_core netns_mode=` at its load and
   changed by `rdma system set netns`.
 The configfs group rdma_cm/<dev> is shown for every RDMA device, as if created (mkdir -p
-on it is harmless, as on a real node after the first mkdir).
+on it is harmless, as on a real node after the first mkdir). emu.sriov_sysfs builds the files.
 """
 
 from __future__ import annotations
 
 import glob
-import json
-import os
-import shutil
-import sys
 from typing import Any
 
 from . import kmod, kmsg, model, nic, paths, state
@@ -31,11 +26,7 @@ from .state import EmuError, Node
 
 FW_DEFAULT = {"SRIOV_EN": 1, "NUM_OF_VFS": 8}  # a ConnectX-7 as NVIDIA ships it for SR-IOV
 FW_MAX_VFS = 127  # ConnectX-7 per PF; a profile NIC's max_vfs overrides
-DEFAULT_MTU = "1500\n"
-CM_MODE_DEFAULT = "RoCE v2\n"  # mlx5 ports that encapsulate RoCE in UDP default to v2
-CM_TOS_DEFAULT = "0\n"
 CONFIG = paths.RUN + "/config"  # the lab's configfs root (gpuboot_configfs)
-RENDERED = paths.RUN + "/sriov.rendered"  # what the sysfs files were last built from
 
 
 # --- firmware ----------------------------------------------------------------------------------
@@ -188,13 +179,13 @@ def set_netns_mode(node: Node, mode: str) -> None:
 # --- VFs: what sriov_numvfs asked for ----------------------------------------------------------
 
 
-def _pci_dir(pci: str) -> str:
+def pci_dir(pci: str) -> str:
     return f"{paths.SYS}/bus/pci/devices/{pci}"
 
 
 def _requested(n: dict[str, Any]) -> int | None:
     try:
-        with open(paths.p(_pci_dir(n["pci_bus_id"]) + "/sriov_numvfs"), encoding="utf-8") as fh:
+        with open(paths.p(pci_dir(n["pci_bus_id"]) + "/sriov_numvfs"), encoding="utf-8") as fh:
             return int(fh.read().strip() or "0")
     except (OSError, ValueError):
         return None
@@ -229,7 +220,7 @@ def settle(node: Node) -> None:
         total = total_vfs(node, n)
         if not 0 <= want <= total:  # the write failed (ERANGE): the file keeps the old count
             kmsg.log(node, f"pci {n['pci_bus_id']}: {want} VFs requested; only {total} supported")
-            state.write_atomic(_pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", f"{have}\n")
+            state.write_atomic(pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", f"{have}\n")
             continue
         create_vfs(node, n, want)
 
@@ -238,7 +229,7 @@ def destroy_vfs(node: Node, n: dict[str, Any]) -> int:
     """What a firmware reset does to a PF's VFs; returns how many there were."""
     had = len(vfs(node, n))
     node.vstate.setdefault("vfs", {})[n["pci_bus_id"]] = []
-    state.write_atomic(_pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", "0\n")
+    state.write_atomic(pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", "0\n")
     return had
 
 
@@ -247,138 +238,9 @@ def boot(node: Node) -> None:
     PCI devices' attributes start afresh (the caller reset the volatile state)."""
     for pci, fw in node.pstate.get("mlxconfig", {}).items():
         node.pstate["mlxconfig"][pci] = {"current": dict(fw["next"]), "next": dict(fw["next"])}
-    for tree in (f"{paths.SYS}/bus/pci", f"{paths.SYS}/class/infiniband", CONFIG + "/rdma_cm"):
-        shutil.rmtree(paths.p(tree), ignore_errors=True)
-    state.remove(RENDERED)
+    from . import sriov_sysfs  # the files are built from this module's model
 
-
-# --- the files readers see ---------------------------------------------------------------------
-
-
-def _link(path: str, target_path: str) -> None:
-    """A relative symlink at ``path`` to ``target_path`` (both in-node paths)."""
-    real = paths.p(path)
-    target = os.path.relpath(paths.p(target_path), os.path.dirname(real))
-    if os.path.islink(real) and os.readlink(real) == target:
-        return
-    os.makedirs(os.path.dirname(real), exist_ok=True)
-    if os.path.lexists(real):
-        os.unlink(real)
-    os.symlink(target, real)
-
-
-def _write(path: str, text: str) -> None:
-    real = paths.p(path)
-    try:
-        with open(real, encoding="utf-8") as fh:
-            if fh.read() == text:
-                return
-    except FileNotFoundError:
-        pass
-    state.write_atomic(path, text)
-
-
-def _ensure(path: str, text: str) -> None:
-    """A settable attribute: created with its default, never overwritten."""
-    if not os.path.exists(paths.p(path)):
-        state.write_atomic(path, text)
-
-
-def _prune(directory: str, keep: set[str]) -> None:
-    real = paths.p(directory)
-    if not os.path.isdir(real):
-        return
-    for name in set(os.listdir(real)) - keep:
-        full = os.path.join(real, name)
-        if os.path.islink(full) or not os.path.isdir(full):
-            os.unlink(full)
-        else:
-            shutil.rmtree(full, ignore_errors=True)
-
-
-def _render_dev(node: Node, dev: dict[str, Any], pci: str) -> None:
-    ib = f"{paths.SYS}/class/infiniband/{dev['hca']}"
-    net = f"{paths.SYS}/class/net/{dev['netdev']}"
-    _ensure(net + "/mtu", DEFAULT_MTU)
-    _link(net + "/device", _pci_dir(pci))
-    _link(f"{_pci_dir(pci)}/net/{dev['netdev']}", net)
-    _link(f"{_pci_dir(pci)}/infiniband/{dev['hca']}", ib)
-    _link(ib + "/device", _pci_dir(pci))
-    rows = gids(node, dev)
-    port = ib + "/ports/1"
-    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
-        _prune(f"{port}/{sub}", {str(r[0]) for r in rows})
-    for index, gid, _v4, ver in rows:
-        _write(f"{port}/gids/{index}", gid + "\n")
-        _write(
-            f"{port}/gid_attrs/types/{index}", ("RoCE v2" if ver == "v2" else "IB/RoCE v1") + "\n"
-        )
-        _write(f"{port}/gid_attrs/ndevs/{index}", dev["netdev"] + "\n")
-    cm = f"{CONFIG}/rdma_cm/{dev['hca']}/ports/1"
-    _ensure(cm + "/default_roce_mode", CM_MODE_DEFAULT)
-    _ensure(cm + "/default_roce_tos", CM_TOS_DEFAULT)
-
-
-def render(node: Node) -> None:
-    """Build the PCI, net, infiniband and configfs files from the state (skipped when
-    nothing they depend on changed since the last build)."""
-    devs = rdma_devices(node)
-    sig = json.dumps(
-        [
-            [(d["hca"], d["netdev"], d.get("pci"), d["pf"] is None) for d in devs],
-            [(n["pci_bus_id"], total_vfs(node, n)) for n in model.nic_list(node)],
-            sorted(no_v2(node)),
-            sorted(f["args"][0] for f in model.faults_of(node, "nic-down")),
-        ]
-    )
-    try:
-        with open(paths.p(RENDERED), encoding="utf-8") as fh:
-            if fh.read() == sig:
-                return
-    except FileNotFoundError:
-        pass
-    pcis: set[str] = set()
-    for n in model.nic_list(node):
-        pf_dir = _pci_dir(n["pci_bus_id"])
-        pcis.add(n["pci_bus_id"])
-        _write(pf_dir + "/sriov_totalvfs", f"{total_vfs(node, n)}\n")
-        _ensure(pf_dir + "/sriov_numvfs", "0\n")
-        made = vfs(node, n)
-        _prune(pf_dir, {"sriov_totalvfs", "sriov_numvfs", "net", "infiniband"}
-               | {f"virtfn{vf['index']}" for vf in made})  # fmt: skip
-        for vf in made:
-            pcis.add(vf["pci"])
-            _link(f"{pf_dir}/virtfn{vf['index']}", _pci_dir(vf["pci"]))
-            _link(f"{_pci_dir(vf['pci'])}/physfn", pf_dir)
-    _prune(f"{paths.SYS}/bus/pci/devices", pcis)
-    for dev in devs:
-        _render_dev(node, dev, dev["pci_bus_id"] if dev["pf"] is None else dev["pci"])
-    names = {d["hca"] for d in devs}
-    _prune(f"{paths.SYS}/class/infiniband", names)
-    _prune(CONFIG + "/rdma_cm", names)
-    vf_nets = {d["netdev"] for d in devs if d["pf"] is not None}
-    for n in model.nic_list(node):  # VF netdevs gone with their VFs
-        for stale in glob.glob(paths.p(f"{paths.SYS}/class/net/{vf_netdev(n, 0)[:-1]}*")):
-            if os.path.basename(stale) not in vf_nets:
-                shutil.rmtree(stale, ignore_errors=True)
-    state.write_atomic(RENDERED, sig)
-
-
-# --- tools -------------------------------------------------------------------------------------
-
-
-def udevadm(argv: list[str]) -> int:
-    """`udevadm settle`: the queued device events are done (here: the VFs written for exist).
-    Anything else goes to the node's own udevadm."""
-    if argv[:1] == ["settle"]:
-        with state.transaction() as node:
-            settle(node)
-        return 0
-    for real in ("/usr/bin/udevadm", "/bin/udevadm"):
-        if os.path.exists(real) and not paths.root():
-            os.execv(real, [real, *argv])
-    sys.stderr.write("udevadm: only settle is emulated here\n")
-    return 1
+    sriov_sysfs.reset()
 
 
 # --- faults (emu.faults hands these kinds here) ------------------------------------------------
@@ -438,7 +300,9 @@ def fault_add(node: Node, fault: dict[str, Any]) -> None:
         fault["saved"] = mode
         set_netns_mode(node, "exclusive" if mode == "shared" else "shared")
     elif kind == "cm-tos-lossy":
-        render(node)  # the device's configfs group, should it be new
+        from . import sriov_sysfs
+
+        sriov_sysfs.render(node)  # the device's configfs group, should it be new
         with open(_tos_path(args[0]), encoding="utf-8") as fh:
             fault["saved"] = fh.read()
         state.write_atomic(f"{CONFIG}/rdma_cm/{args[0]}/ports/1/default_roce_tos", args[1] + "\n")
@@ -450,7 +314,7 @@ def fault_clear(node: Node, fault: dict[str, Any]) -> None:
     if kind == "vfs-gone" and saved:
         n = next(n for n in model.nic_list(node) if n["hca"] == args[0])
         if not vfs(node, n) and _requested(n) == 0:
-            state.write_atomic(_pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", f"{saved}\n")
+            state.write_atomic(pci_dir(n["pci_bus_id"]) + "/sriov_numvfs", f"{saved}\n")
             create_vfs(node, n, int(saved))
     elif kind == "rdma-netns-wrong" and saved and netns_mode(node) not in (None, saved):
         set_netns_mode(node, str(saved))
