@@ -9,9 +9,7 @@ cannot be read stays unknown, and the resume runs it again.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,14 +18,13 @@ from gpuboot.errors import GpubootError
 from gpuboot.executor import route
 from gpuboot.executor.batch import shard_results
 from gpuboot.executor.outcome import LOST
-from gpuboot.executor.shards import JOB_FILE, OUTCOME_FILE, SHARDS_DIR, record_outcome
-from gpuboot.executor.stream import Executor, ShardJob, attach_shard
+from gpuboot.executor.shards import JOB_FILE, OUTCOME_FILE, SHARDS_DIR, record_outcome, release
+from gpuboot.executor.stream import ShardJob, attach_shard
 from gpuboot.runner import HostResult
 
 if TYPE_CHECKING:
     from gpuboot.inventory import Inventory
 
-RELEASE_TIMEOUT_S = 60.0
 RECORD_MAX = 1 << 20
 
 
@@ -67,17 +64,6 @@ def _job(where: Path, record: dict[str, Any]) -> ShardJob:
         heartbeat_s=float(record.get("heartbeat_s", 20.0)),
         first_byte_s=float(record.get("first_byte_s", 60.0)),
     )
-
-
-def release(executor: Executor, job_id: str) -> None:
-    """Let the executor drop the job's spool; its collector does it later otherwise."""
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(
-            executor.command("release", "--job-id", job_id),
-            capture_output=True,
-            timeout=RELEASE_TIMEOUT_S,
-            check=False,
-        )
 
 
 def reattach(inv: Inventory, run_dir: Path, answered: Collection[str]) -> dict[str, HostResult]:

@@ -10,8 +10,10 @@ resume re-attaches to a lost shard from there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable
@@ -28,6 +30,7 @@ SHARDS_DIR = "shards"
 JOB_FILE = "job.json"
 OUTCOME_FILE = "outcome.json"
 JOURNAL = "journal.jsonl"
+RELEASE_TIMEOUT_S = 60.0
 INVENTORY = "inventory/hosts.json"
 # Variables that are Ansible's own (set again where the play runs) or name a file on the
 # controller (the nodes' key travels as the job's env/ssh_key instead).
@@ -148,6 +151,18 @@ def record_outcome(where: Path, out: ShardOutcome) -> None:
     paths.write_private(where / OUTCOME_FILE, json.dumps(out.to_dict(), indent=2) + "\n")
 
 
+def release(executor: Executor, job_id: str) -> None:
+    """Let the executor drop a job whose stream was read (its collector does it later
+    otherwise); a failure changes nothing the controller knows."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            executor.command("release", "--job-id", job_id),
+            capture_output=True,
+            timeout=RELEASE_TIMEOUT_S,
+            check=False,
+        )
+
+
 def run_one(
     executor: Executor,
     job: ShardJob,
@@ -155,7 +170,8 @@ def run_one(
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> ShardOutcome:
     """One shard, never raising for the executor's sake: a channel that cannot start is a
-    lost shard with the reason. The private data dir (the job's secrets) goes at the end."""
+    lost shard with the reason. The private data dir (the job's secrets) goes at the end,
+    and the executor's spool once the stream was read to its end."""
     record_job(where, executor.name, job)
     try:
         out = run_shard(job, executor, where, on_event)
@@ -166,6 +182,8 @@ def run_one(
     finally:
         shutil.rmtree(job.private_data_dir, ignore_errors=True)
     record_outcome(where, out)
+    if out.state != LOST:  # read to its end; a lost one's spool waits for a re-attach
+        release(executor, job.job_id)
     return out
 
 

@@ -130,6 +130,7 @@ def test_shards_run_at_once_each_journaled_and_no_secret_left_on_the_controller(
         assert json.loads((where / "outcome.json").read_text())["state"] == "complete"
         assert (where / "journal.jsonl").is_file()
         assert not job.private_data_dir.exists()  # removed once the shard ended
+        assert not list((tmp_path / f"jobs-{name}").glob("*/stream"))  # released once read
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p != key]
     leaked = [p for p in written if KEY_TEXT_MARK in p.read_text(errors="replace")]
     assert leaked == []  # the key went in the stream only; no copy stays anywhere
