@@ -363,7 +363,7 @@ def _create(
         _isolate(hall)
     _write_inventory(lab, repo, rpm_repo, repo_ip, hw_profile)
     progress("waiting for sshd on every node")
-    _wait_for_nodes(lab, lab.nodes, timeout=90)
+    wait_for_ssh(lab, lab.nodes, timeout=90)
 
 
 def _network(lab: Lab, owner: Lab | Hall, net_name: str) -> str:
@@ -585,7 +585,7 @@ def _no_ssh(ips: list[str], timeout: float, executor_id: str = "") -> list[str]:
     return done.stdout.split()
 
 
-def _wait_for_nodes(lab: Lab, nodes: list[Node], timeout: float) -> None:
+def wait_for_ssh(lab: Lab, nodes: list[Node], timeout: float) -> None:
     """Each node's sshd answers, seen from where it is reached: the controller, or its
     hall's executor; the executors (on the management network) too."""
     pending = _no_ssh(
@@ -667,7 +667,7 @@ def reboot(name: str, node: str, timeout: float = 90) -> None:
     lab = load(name)
     target = lab.node(node)
     podman("restart", "-t", "10", target.container_id, timeout=timeout + 30)
-    _wait_for_nodes(lab, [target], timeout=timeout)
+    wait_for_ssh(lab, [target], timeout=timeout)
 
 
 def emulator_ctl(name: str, node: str, *args: str) -> str:
