@@ -62,6 +62,13 @@ def _unit(desc: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+def _stopped_testcase(cases: list, error: object) -> int | None:
+    if not error:
+        return None
+    running = [i for i, c in enumerate(cases) if str(c.get("status", "")).lower() == "running"]
+    return running[-1] if running else None
+
+
 def parse_nvbandwidth_json(text: str) -> Nvbandwidth:
     require_text(TOOL, text)
     start = text.find("{")  # nvbandwidth may print warnings before the JSON document
@@ -69,15 +76,23 @@ def parse_nvbandwidth_json(text: str) -> Nvbandwidth:
         doc = loads_json_bounded(text[start:] if start >= 0 else text)
         body = doc["nvbandwidth"]
         cases = body["testcases"]
+        if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+            raise TypeError("testcases is not a list of objects")
     except (ValueError, KeyError, TypeError) as exc:
         raise ParseError(TOOL, f"not nvbandwidth JSON: {exc}") from exc
     tests = []
-    for c in cases:
+    # nvbandwidth records the assertion that stopped a testcase under the document's "error"
+    # (its json_output.cpp looks for the testcases one level too high), leaving that testcase
+    # "Running": the error belongs to the last testcase still running.
+    stopped = _stopped_testcase(cases, body.get("error"))
+    for i, c in enumerate(cases):
         desc = (c.get("bandwidth_description") or "").strip() or None
+        error = c.get("error") or (body.get("error") if i == stopped else None)
         tests.append(
             NvbwTest(
                 name=c.get("name", "?"),
-                status=c.get("status", "unknown"),
+                status="Error" if error else c.get("status", "unknown"),
+                error=str(error).strip() if error else None,
                 description=desc,
                 unit=_unit(desc),
                 matrix=tuple(tuple(_cell(v) for v in row) for row in c.get("bandwidth_matrix", [])),

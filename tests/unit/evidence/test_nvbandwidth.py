@@ -98,3 +98,45 @@ def test_sm_copy_testcase_reads_like_the_ce_one(read):
     r = parse_nvbandwidth_text(read("nvbandwidth_text/a100-sxm4-40gb-1gpu-v0.8-h2d-sm-25GBps.txt"))
     (t,) = r.tests
     assert t.name == "host_to_device_memcpy_sm" and t.passed and t.matrix == ((25.13,),)
+
+
+# nvbandwidth -j stopped by its own ASSERT: the assertion lands under the document's "error"
+# (json_output.cpp's recordErrorCurrentTest misses the testcases), the testcase stays "Running".
+_JSON_STOPPED = """Invalid value when checking the pattern at 0x7f2c
+{
+\t"nvbandwidth" :
+\t{
+\t\t"CUDA Runtime Version" : 12040,
+\t\t"Driver Version" : "550.54.15",
+\t\t"error" : "ASSERT in expression h_errorFlag == 0 in void MemPtrChunk::check()\\n",
+\t\t"testcases" :
+\t\t[
+\t\t\t{
+\t\t\t\t"bandwidth_description" : "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+\t\t\t\t"bandwidth_matrix" : [ [ "55.2", "55.3" ] ],
+\t\t\t\t"name" : "host_to_device_memcpy_ce",
+\t\t\t\t"status" : "Passed",
+\t\t\t\t"sum" : 110.5
+\t\t\t},
+\t\t\t{
+\t\t\t\t"name" : "device_to_device_memcpy_read_ce",
+\t\t\t\t"status" : "Running"
+\t\t\t}
+\t\t]
+\t}
+}
+"""
+
+
+def test_json_document_error_stops_the_testcase_left_running():
+    r = parse_nvbandwidth_json(_JSON_STOPPED)
+    assert r.test("host_to_device_memcpy_ce").passed
+    stopped = r.test("device_to_device_memcpy_read_ce")
+    assert stopped.status == "Error"
+    assert stopped.error == "ASSERT in expression h_errorFlag == 0 in void MemPtrChunk::check()"
+
+
+@pytest.mark.parametrize("cases", ['"x"', "[1, 2]", '["a"]'])
+def test_testcases_that_are_not_objects_raise(cases):
+    with pytest.raises(ParseError):
+        parse_nvbandwidth_json(f'{{"nvbandwidth": {{"testcases": {cases}}}}}')
