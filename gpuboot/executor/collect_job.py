@@ -45,7 +45,8 @@ PLAYBOOK = "collect.yml"
 TASK = "COLL-001 | AUDIT | Collect the node's evidence for the controller to judge"
 BEGIN = "gpuboot-collect-begin"
 END = "gpuboot-collect-end"
-_END_LINE = re.compile(rf"\n{END} (\d{{1,3}}) (\d{{1,15}}) ([0-9a-f]{{64}})\n?\Z")
+# What a login shell prints after it (a logout script) is no part of the answer.
+_END_LINE = re.compile(rf"\n{END} (\d{{1,3}}) (\d{{1,15}}) ([0-9a-f]{{64}})(?:\n|\Z)")
 # The task's ends for a host: its answer, its failure (ssh, the deadline), unreachable.
 ANSWERED = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
 
@@ -84,7 +85,7 @@ def unwrap(stdout: str) -> tuple[int, str]:
     """(the command's exit code, its stdout) from a wrapped answer, or AnswerCorrupted."""
     text = stdout.replace("\r\n", "\n")  # ssh's tty turns each newline into CRLF
     begin = text.rfind(f"{BEGIN}\n")
-    end = _END_LINE.search(text)
+    end = next(reversed(list(_END_LINE.finditer(text))), None)
     if begin < 0 or end is None or end.start() < begin:
         raise AnswerCorrupted(
             "the collection answer arrived without its begin or end line: cut short on the "

@@ -69,6 +69,7 @@ def _answer(body: str, rc: int = 0, size: int | None = None, digest: str | None 
 def test_unwrap_returns_the_body_and_its_exit_code():
     assert unwrap(_answer("QUJD", rc=3)) == (3, "QUJD")
     assert unwrap(_answer("QUJD").replace("\n", "\r\n")) == (0, "QUJD")  # ssh's tty
+    assert unwrap(_answer("QUJD") + "bye from .bash_logout\n") == (0, "QUJD")
 
 
 @pytest.mark.parametrize(
