@@ -27,6 +27,7 @@ from gpuboot.bundle.model import (
 from gpuboot.bundle.names import is_safe_name
 from gpuboot.components import components as component_table
 from gpuboot.errors import GpubootError
+from gpuboot.evidence.mlxconfig import mlxconfig_command, mlxconfig_file
 from gpuboot.evidence.packages import DPKG_QUERY
 from gpuboot.evidence.rdma_cm import RDMA_CM_FILE, rdma_cm_command
 from gpuboot.evidence.rdma_system import RDMA_SYSTEM_COMMAND, RDMA_SYSTEM_FILE
@@ -113,7 +114,7 @@ def rail_probes(nics: list[dict[str, Any]], hostvars: dict[str, Any]) -> tuple[P
     """What the RoCE rails' rules read: the GID table (NIC-004) and each rail's counters
     (NIC-005) where DOCA-OFED's tools are installed; and, where the host prepares pod RDMA
     (gpuboot_rdma_cni sriov or shared), the RDMA netns mode, RDMA CM's configfs defaults
-    and each rail PF's SR-IOV listing (RDM-001..006)."""
+    and each rail PF's SR-IOV listing (RDM-001..006), under sriov its firmware's too."""
     rails = [n["netdev"] for n in nics if n.get("link_layer") == "Ethernet"]
     if not rails or not hostvars.get("doca_ofed_enabled"):
         return ()
@@ -126,6 +127,9 @@ def rail_probes(nics: list[dict[str, Any]], hostvars: dict[str, Any]) -> tuple[P
             Probe(RDMA_CM_FILE, rdma_cm_command(configfs)),
         ]
         probes += [Probe(sriov_file(dev), sriov_command(dev)) for dev in rails]
+        if hostvars.get("gpuboot_rdma_cni") == "sriov":  # why a PF has too few VFs
+            pcis = [n["pci_bus_id"] for n in nics if n["netdev"] in rails and n.get("pci_bus_id")]
+            probes += [Probe(mlxconfig_file(pci), mlxconfig_command(pci)) for pci in pcis]
     return tuple(probes)
 
 

@@ -28,6 +28,7 @@ from gpuboot.checks.base import (
 from gpuboot.checks.fabric_rules import roce_rails
 from gpuboot.checks.smi import seen_or_unread
 from gpuboot.errors import ParseError
+from gpuboot.evidence.mlxconfig import mlxconfig_file, parse_mlxconfig_query
 from gpuboot.evidence.rdma_cm import RDMA_CM_FILE, parse_rdma_cm
 from gpuboot.evidence.rdma_system import RDMA_SYSTEM_FILE, parse_rdma_system
 from gpuboot.evidence.sriov import ROCE_V2, PfState, parse_sriov, sriov_file
@@ -146,8 +147,31 @@ def check_vf_count(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
             v.unread(rail.read, f"{rail.read.name} shows no sriov_numvfs value")
         elif s.num_vfs != want:
             cap = f" (the firmware allows {s.total_vfs})" if (s.total_vfs or 0) < want else ""
-            v.problems.append(f"{rail.name}: {s.num_vfs} VF(s), want {want}{cap}")
+            note = _firmware(evidence, rail.nic, want) if cap or not s.sriov else ""
+            v.problems.append(f"{rail.name}: {s.num_vfs} VF(s), want {want}{cap}{note}")
     return v.result(f"{want} VF(s) on each of the {len(setup[1])} rail PF(s)")
+
+
+def _firmware(evidence: Evidence, nic: dict[str, Any], want: int) -> str:
+    """Why the running firmware allows too few VFs, from its mlxconfig query where it was read
+    whole (an explanation only: the count judged is the kernel's): a setting waiting for the
+    next boot, or one still to make."""
+    out = evidence.get(mlxconfig_file(str(nic.get("pci_bus_id", ""))))
+    if out is None or out.incomplete or out.rc != 0:
+        return ""
+    try:
+        fw = parse_mlxconfig_query(out.stdout)
+    except ParseError:
+        return ""
+    enabled, vfs = fw.number("SRIOV_EN"), fw.number("NUM_OF_VFS")
+    if enabled is None or vfs is None:
+        return ""
+    if enabled and vfs >= want:
+        return f"; the firmware allows {vfs} from the next boot: reboot pending"
+    return (
+        f"; the firmware's next boot has SRIOV_EN {enabled}, NUM_OF_VFS {vfs}: `mlxconfig -d "
+        f"{nic.get('pci_bus_id')} set SRIOV_EN=1 NUM_OF_VFS={want}`, then reboot"
+    )
 
 
 def check_vf_devices(evidence: Evidence, ctx: NodeContext) -> str | Result | None:

@@ -11,6 +11,7 @@ import pytest
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.checks import rules
 from gpuboot.checks.base import NodeContext, probes_matching
+from gpuboot.evidence.mlxconfig import mlxconfig_file
 from gpuboot.evidence.rdma_cm import RDMA_CM_FILE
 from gpuboot.evidence.rdma_system import RDMA_SYSTEM_FILE
 from gpuboot.evidence.sriov import sriov_file
@@ -32,7 +33,7 @@ def _vf_dev(nic: dict, i: int) -> str:
 
 
 def _listing(nic: dict, *, numvfs: int = VFS, physfn: str | None = None, vf_rdma: bool = True,
-             vf_types: str = "RoCE v2", pf_mtu: int = 9000) -> str:  # fmt: skip
+             vf_types: str = "RoCE v2", pf_mtu: int = 9000, total: int = 16) -> str:  # fmt: skip
     n = f"/sys/class/net/{nic['netdev']}"
     d = f"{n}/device"
     link = "lrwxrwxrwx 1 root root 0 Nov 27 10:00"
@@ -45,7 +46,7 @@ def _listing(nic: dict, *, numvfs: int = VFS, physfn: str | None = None, vf_rdma
         if vf_rdma:
             lines.append(f"{d}/virtfn{i}/infiniband/{_vf_dev(nic, i)}")
         lines.append(f"{d}/virtfn{i}/net/{nic['netdev']}v{i}")
-    lines += [f"{d}/sriov_totalvfs:16", f"{d}/sriov_numvfs:{numvfs}"]
+    lines += [f"{d}/sriov_totalvfs:{total}", f"{d}/sriov_numvfs:{numvfs}"]
     lines += [f"{d}/virtfn{i}/net/{nic['netdev']}v{i}/mtu:9000" for i in range(numvfs)]
     types = "ports/1/gid_attrs/types"
     lines += [f"{d}/infiniband/{nic['hca']}/{types}/0:IB/RoCE v1",
@@ -171,3 +172,27 @@ def test_unreadable_evidence_is_error_never_pass_or_fail(rule, corrupt):
     for name in files:
         bad = {**ev, name: corrupt(ev[name])}
         assert _judge(bad)[rule][0] == "ERROR", (rule, name)
+
+
+@pytest.mark.parametrize(
+    ("next_boot", "says"),
+    [
+        ("True(1)", "the firmware allows 8 from the next boot: reboot pending"),
+        ("False(0)", "SRIOV_EN 0, NUM_OF_VFS 8: `mlxconfig -d 0000:3c:00.0 set SRIOV_EN=1 "
+         "NUM_OF_VFS=2`, then reboot"),
+    ],
+)  # fmt: skip
+def test_too_few_vfs_allowed_says_what_the_firmware_holds(next_boot, says):
+    ev = _evidence(numvfs=0, total=0)
+    query = f"Configurations:{'Next Boot':>43}\n         SRIOV_EN{next_boot:>37}\n"
+    ev[mlxconfig_file("0000:3c:00.0")] = ProbeOutput(query + f"         NUM_OF_VFS{8:>35}\n", "", 0)
+    status, why = _judge(ev)["RDM-001"]
+    assert status == "FAIL" and "0 VF(s), want 2 (the firmware allows 0)" in why
+    assert says in why
+
+
+def test_an_unreadable_firmware_query_leaves_the_count_alone():
+    ev = _evidence(numvfs=0, total=0)
+    ev[mlxconfig_file("0000:3c:00.0")] = ProbeOutput("", "mlxconfig: not found\n", 127)
+    status, why = _judge(ev)["RDM-001"]
+    assert status == "FAIL" and why.endswith("want 2 (the firmware allows 0)")

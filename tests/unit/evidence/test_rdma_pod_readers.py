@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuboot.errors import ParseError
+from gpuboot.evidence.mlxconfig import parse_mlxconfig_query
 from gpuboot.evidence.rdma_cm import parse_rdma_cm
 from gpuboot.evidence.rdma_system import parse_rdma_system
 from gpuboot.evidence.sriov import parse_sriov
@@ -106,3 +107,29 @@ def test_sriov_listing_of_a_pf_without_sr_iov():
 def test_sriov_listing_unreadable(text):
     with pytest.raises(ParseError):
         parse_sriov(text, "enp4s0")
+
+
+def test_mlxconfig_query_next_boot_values():
+    fw = parse_mlxconfig_query(_read("mlxconfig_query.cx3-xcpng-sriov-en-8-vfs-excerpt.txt"))
+    assert fw.columns == ("Next Boot",)
+    assert (fw.number("SRIOV_EN"), fw.number("NUM_OF_VFS")) == (1, 8)
+
+
+def test_mlxconfig_query_with_default_and_current_columns():
+    fw = parse_mlxconfig_query(_read("mlxconfig_query.cx6lx-3-columns-excerpt.txt"))
+    assert fw.columns == ("Default", "Current", "Next Boot")
+    assert fw.number("ROCE_NEXT_PROTOCOL", "Current") == 254
+    assert fw.number("SRIOV_EN") is None  # the excerpt shows no SR-IOV row: not read
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-E- Failed to open device: 0000:1a:00.0. No such file or directory\n",
+        "Configurations:                              Next Boot\n         SRIOV_EN\n",
+        "Configurations:                              Current\n         SRIOV_EN  True(1)\n",
+    ],
+)
+def test_mlxconfig_query_unreadable(text):
+    with pytest.raises(ParseError):
+        parse_mlxconfig_query(text)
