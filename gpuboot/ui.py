@@ -6,7 +6,13 @@ import re
 from collections.abc import Callable, Sequence
 
 # install's host statuses as its table shows them (a failure in capitals)
-STATUS_MARK = {"ok": "ok", "changed": "changed", "failed": "FAILED", "unreachable": "UNREACHABLE"}
+STATUS_MARK = {
+    "ok": "ok",
+    "changed": "changed",
+    "failed": "FAILED",
+    "unreachable": "UNREACHABLE",
+    "unknown": "UNKNOWN",
+}
 
 
 # C0 and C1 control characters but line feed and tab: what a node's answer (a probe's
@@ -88,21 +94,22 @@ def host_ranges(hosts) -> str:
 
 
 _NUMBERED = re.compile(r"(.*?)(\d+)")
-BROKEN = ("failed", "unreachable", "pending")
+# hosts listed one row each, with their reason: all but those that converged
+LISTED = ("failed", "unreachable", "pending", "unknown")
 
 
 def host_table(hosts: dict, draw: Callable[..., str] | None = None) -> str:
-    """install's final table: every host that failed, was unreachable or was never reached
-    first, one row each with its task and reason; then hosts with identical results folded
-    into one row ("8 hosts ... changed 31"). ``draw(headers, rows)`` lays it out (the CLI
-    fits it to the terminal); ``table`` by default."""
+    """install's final table: every host that failed, was unreachable, was never reached or
+    whose outcome is unknown (its executor was lost) first, one row each with its task and
+    reason; then hosts with identical results folded into one row ("8 hosts ... changed 31").
+    ``draw(headers, rows)`` lays it out (the CLI fits it to the terminal); ``table`` by default."""
     from gpuboot.report._util import host_key
 
     names = sorted(hosts, key=host_key)
     rows: list[tuple[object, ...]] = []
     for h in names:
         r = hosts[h]
-        if r.status in BROKEN:
+        if r.status in LISTED:
             rows.append(
                 (
                     h,
@@ -118,12 +125,12 @@ def host_table(hosts: dict, draw: Callable[..., str] | None = None) -> str:
     same: dict[tuple, list[str]] = {}
     for h in names:
         r = hosts[h]
-        if r.status not in BROKEN:
+        if r.status not in LISTED:
             same.setdefault((r.status, r.ok, r.changed, r.failed), []).append(h)
     for (status, ok, changed, failed), group in same.items():
         rows.append((host_ranges(group), len(group), status, ok, changed, failed, "", ""))
     counts = {s: sum(1 for r in hosts.values() if r.status == s) for s in ("ok", "changed")}
-    counts.update({s: sum(1 for r in hosts.values() if r.status == s) for s in BROKEN})
+    counts.update({s: sum(1 for r in hosts.values() if r.status == s) for s in LISTED})
     summary = f"{len(hosts)} hosts: " + ", ".join(
         f"{n} {s}" for s, n in counts.items() if n or s in ("ok", "changed")
     )

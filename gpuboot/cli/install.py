@@ -7,7 +7,6 @@ import sys
 from gpuboot.cli import options
 from gpuboot.cli.outcome import EXIT_UNKNOWN, Outcome, err
 from gpuboot.errors import EXIT_NODE_FAILED, EXIT_OK, BadInput
-from gpuboot.ui import host_ranges
 
 
 def register(verbs, common) -> None:
@@ -114,16 +113,4 @@ def run(args) -> Outcome:
     failed = result.hosts and (rollout.failed or rollout.pending)
     # a host whose executor was lost is not failed: 8 says so, unless a host truly failed
     code = EXIT_NODE_FAILED if failed else EXIT_UNKNOWN if rollout.unknown else EXIT_OK
-    return Outcome(code, result.to_dict(), render.install_text(result, args) + unknown_text(result))
-
-
-def unknown_text(result) -> str:
-    """The hosts whose outcome is unknown (their executor was lost), one line per reason:
-    each reason ends in the command that finishes them."""
-    reasons: dict[str, list[str]] = {}
-    for host in result.rollout.unknown:
-        reasons.setdefault(result.hosts[host].reason or "", []).append(host)
-    return "".join(
-        f"\nunknown (not ok, not failed): {host_ranges(hosts)}: {reason}"
-        for reason, hosts in reasons.items()
-    )
+    return Outcome(code, result.to_dict(), render.install_text(result, args))

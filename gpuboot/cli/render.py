@@ -39,7 +39,7 @@ def install_text(result, args) -> str:
         text += f"\nwould cordon and drain (stack changes): {', '.join(result.would_drain)}"
     if rollout.stopped:
         text += f"\nrollout stopped: {rollout.stopped}"
-    if rollout.failed or rollout.pending:
+    if rollout.failed or rollout.pending or rollout.unknown:
         from gpuboot.rollout import Settings, resume_command
 
         again = (  # a dry run is re-run as a dry run: its hint must never change a node

@@ -206,7 +206,9 @@ def test_install_text_fits_the_terminal_and_json_keeps_the_reason_whole(monkeypa
 
     reason = "dpkg: error processing package nvidia-dkms-550 " + "x" * 400
     hosts = {"node1": HostResult("node1", ok=3, failed=1, failed_task="DRV-016", reason=reason)}
-    rollout = SimpleNamespace(hosts=["node1"], batch_size=1, stopped="", failed=[], pending=[])
+    rollout = SimpleNamespace(
+        hosts=["node1"], batch_size=1, stopped="", failed=[], pending=[], unknown=[]
+    )
     result = SimpleNamespace(
         hosts=hosts, rollout=rollout, elapsed_s=1.0, run_dir="/r", drained={}, would_drain=[],
         diff=None,
@@ -235,3 +237,28 @@ def test_certify_table_puts_failures_first_and_folds_passing_nodes():
     assert rows[2].endswith("35 nodes: 1 checks passed")
     # then the one-line fleet summary, failing nodes first with their rule
     assert rows[3:] == ["37 nodes: 35 PASS, 1 FAIL, 1 ERROR — node12 GPU-001, node30 GPU-001"]
+
+
+def test_a_host_whose_executor_was_lost_is_listed_with_its_reason_and_the_resume():
+    from types import SimpleNamespace
+
+    from gpuboot.cli.render import install_text
+    from gpuboot.runner import HostResult
+
+    hosts = {
+        "node1": HostResult("node1", ok=5),
+        "node2": HostResult("node2", unknown=True, reason="executor exec-a lost: stream cut"),
+    }
+    rollout = SimpleNamespace(
+        hosts=["node1", "node2"], batch_size=2, stopped="", failed=[], pending=[],
+        unknown=["node2"], check=False, settings={},
+    )  # fmt: skip
+    result = SimpleNamespace(
+        hosts=hosts, rollout=rollout, elapsed_s=1.0, run_dir="/r", drained={}, would_drain=[],
+        diff=None, run_id="20261127-1", resumed_from=None,
+    )  # fmt: skip
+    text = install_text(result, SimpleNamespace(inventory="inv.yml"))
+    row = next(line for line in text.splitlines() if line.startswith("node2"))
+    assert "UNKNOWN" in row and "executor exec-a lost" in row
+    assert "2 hosts: 1 ok, 0 changed, 1 unknown" in text
+    assert "once fixed: gpuboot install -i inv.yml --resume 20261127-1" in text
