@@ -40,11 +40,11 @@ def test_os_family_branches_sit_behind_one_include():
     assert not groups, f"OS-family groups not behind one include: {groups}"
 
 
-def _run(tmp_path, mode, digest="d1", requests="none-*"):
+def _run(tmp_path, mode, digest="d1", requests="none-*", rails="", configfs=""):
     argv = [
         "bash", "-s", "--", mode, str(tmp_path / "record"), digest, "debian",
         str(tmp_path / "sys"), "0", str(tmp_path / requests), str(tmp_path / "etc"),
-        "nvidia-*", "",
+        "nvidia-*", rails, configfs,
     ]  # fmt: skip
     proc = subprocess.run(argv, input=SCRIPT.read_text(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -65,3 +65,31 @@ def test_the_fingerprint_matches_itself_and_names_what_drifted(tmp_path):
     assert _run(tmp_path, "check", requests="reboot-required.gpuboot-*") == ["reboot-pending"]
     assert _run(tmp_path, "record", requests="reboot-required.gpuboot-*") == []
     assert not (tmp_path / "record").exists()  # never vouches while a reboot is pending
+
+
+@pytest.mark.skipif(subprocess.run(["which", "dpkg-query"]).returncode, reason="needs dpkg")
+def test_the_fingerprint_sees_the_pods_rdma_state_that_only_the_kernel_holds(tmp_path):
+    # VFs a firmware reset took, or RDMA CM's ToS set by hand, leave no file or package
+    # behind: without this part a plain install would skip the node as converged
+    (tmp_path / "etc").mkdir()
+    pf = tmp_path / "sys/class/net/ens1np0"
+    (pf / "device").mkdir(parents=True)
+    (pf / "device/sriov_numvfs").write_text("8\n")
+    (pf / "mtu").write_text("9000\n")
+    cm = tmp_path / "config/rdma_cm/mlx5_0/ports/1"
+    cm.mkdir(parents=True)
+    (cm / "default_roce_mode").write_text("RoCE v2\n")
+    (cm / "default_roce_tos").write_text("104\n")
+    pods = {"rails": "ens1np0", "configfs": str(tmp_path / "config")}
+    assert _run(tmp_path, "record", **pods) == []
+    assert _run(tmp_path, "check", **pods) == []
+    (pf / "device/sriov_numvfs").write_text("0\n")
+    assert _run(tmp_path, "check", **pods) == ["rdma"]
+    (pf / "device/sriov_numvfs").write_text("8\n")
+    (cm / "default_roce_tos").write_text("0\n")
+    assert _run(tmp_path, "check", **pods) == ["rdma"]
+    # a node not prepared for pods reads none of it (no configfs given)
+    assert _run(tmp_path, "record") == []
+    assert "rdma" not in [
+        line.split()[0] for line in (tmp_path / "record").read_text().splitlines()
+    ]
