@@ -88,5 +88,10 @@ lint: $(STAMPS)/venv
 bench: setup
 	$(BIN)/python bench/bench.py
 
+.PHONY: bench-fleet
+# growth over fleet sizes, direct and through 2 executors (SIZES=10,20,40)
+bench-fleet: setup
+	$(BIN)/python bench/fleet.py --sizes $(or $(SIZES),10,20,40)
+
 clean:
 	rm -rf $(STAMPS) $(VENV) *.egg-info
