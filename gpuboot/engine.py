@@ -55,15 +55,14 @@ from gpuboot.progress import phases, sort_hosts
 from gpuboot.remote import RemoteTimeout, run_with_deadline
 from gpuboot.results import NodeReport, RunReport
 from gpuboot.runner import failure_reason
+from gpuboot.verdict import UNKNOWN
 
 MAX_PARALLEL = 32
 # A node's rules take well under a second; a hostile answer (a parser's worst case on
 # 256 MiB) must not hold every other node's verdict.
 JUDGE_DEADLINE_S = 120
 UNJUDGED_ACTION = "fix the harness or reach the node, then certify again"
-# The verdict of a node whose executor was lost before its answer arrived (not a Status:
-# neither judged nor bad), and what to do about it.
-UNKNOWN = "UNKNOWN"
+# What to do about a node whose executor was lost (verdict UNKNOWN)
 LOST_ACTION = "reach the executor (gpuboot executor setup), then run again for these nodes"
 
 # (inventory host, its checked variables) -> an object with testinfra's run(command)

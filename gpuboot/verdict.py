@@ -27,3 +27,6 @@ BAD = (Status.FAIL, Status.ERROR)
 # its gpuboot_accept_partial does not accept: not certified, so never PASS. A word of the
 # certification (gpuboot.report.extent), never a rule's status.
 PARTIAL = "PARTIAL"
+# The verdict of a node whose executor was lost before its answer arrived: neither judged
+# nor bad, never certified, never taken out. A word of the run, never a rule's status.
+UNKNOWN = "UNKNOWN"

@@ -164,7 +164,7 @@ def _certify_inventory(args, inv) -> Outcome:
 def _verdicts_code(report) -> int:
     """1 when a node failed (anything but PASS: certify's verdicts), else 8 when a node was
     not judged because its executor was lost, else 0."""
-    from gpuboot.engine import UNKNOWN
+    from gpuboot.verdict import UNKNOWN
 
     verdicts = {n.verdict for n in report.nodes}
     if verdicts - {Status.PASS, UNKNOWN}:
@@ -177,7 +177,7 @@ def _known(report):
     released nor taken out)."""
     from dataclasses import replace
 
-    from gpuboot.engine import UNKNOWN
+    from gpuboot.verdict import UNKNOWN
 
     return replace(report, nodes=tuple(n for n in report.nodes if n.verdict != UNKNOWN))
 

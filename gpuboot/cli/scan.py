@@ -122,7 +122,7 @@ def _unknown_code(code: int, report) -> int:
     it would say no more than "not judged" while a node's executor was lost: a lost node is
     not judged, and the operator is told why. New drift still wins."""
     from gpuboot import scan
-    from gpuboot.engine import UNKNOWN
+    from gpuboot.verdict import UNKNOWN
 
     lost = any(n.verdict == UNKNOWN for n in report.nodes)
     return EXIT_UNKNOWN if lost and code in (scan.EXIT_CLEAN, scan.EXIT_UNJUDGED) else code

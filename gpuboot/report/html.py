@@ -41,7 +41,7 @@ from gpuboot.report.charts import (
     outliers,
 )
 from gpuboot.results import NodeReport, RunReport
-from gpuboot.verdict import PARTIAL
+from gpuboot.verdict import PARTIAL, UNKNOWN
 
 if TYPE_CHECKING:
     from gpuboot.report.extent import Extent
@@ -59,6 +59,8 @@ MEANING = {
 SKIPPED_MEANING = "a check that did not run (its reason says why): proves nothing"
 PARTIAL_MEANING = "passed its checks, but partial: not certified for what its run did not measure"
 PARTIAL_SYMBOL = "◐"
+UNKNOWN_MEANING = "not judged: its executor was lost before its evidence arrived"
+UNKNOWN_SYMBOL = "?"
 
 CSS = """
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa;
@@ -88,6 +90,8 @@ padding:12px 16px}
 .s-SKIPPED{color:var(--muted);border-color:var(--line)}
 .s-PARTIAL{color:#953800;border-color:#fb8f44}
 .badge.s-PARTIAL,.outcome.s-PARTIAL{background:#fff1e5}
+.s-UNKNOWN{color:#57606a;border-color:#8c959f}
+.badge.s-UNKNOWN,.outcome.s-UNKNOWN{background:#f6f8fa}
 .badge{display:inline-block;padding:1px 9px;border-radius:12px;font-weight:700;font-size:13px;
 border:1px solid;white-space:nowrap}
 .badge.s-PASS,.outcome.s-PASS{background:var(--pass-bg)}
@@ -166,22 +170,23 @@ def _header(
     report: RunReport, now: datetime, certificates: dict[str, Any], extents: Mapping[str, Extent]
 ) -> str:
     nodes = report.nodes
-    counts = {s: sum(1 for n in nodes if shown(n, extents) == s) for s in (*STATUSES, PARTIAL)}
+    told = (*STATUSES, PARTIAL, UNKNOWN)
+    counts = {s: sum(1 for n in nodes if shown(n, extents) == s) for s in told}
     # the worst shown verdict; an empty report is PASS
-    overall = next((s for s in (FAIL, ERROR, WARN, PARTIAL) if counts[s]), PASS)
+    overall = next((s for s in (FAIL, ERROR, UNKNOWN, WARN, PARTIAL) if counts[s]), PASS)
     elapsed = report.elapsed_s
     run_id = report.run_id if report.run_id is not None else "n/a"
     meta = [f"run <code>{_e(run_id)}</code>", f"generated {iso(now)}"]
     if elapsed is not None:
         meta.append(f"took {_e(elapsed)} s")
     bundle = f"evidence bundle <code>{_e(report.bundle)}</code>" if report.bundle else ""
-    meaning = {**MEANING, PARTIAL: PARTIAL_MEANING}
-    symbol = {**SYMBOL, PARTIAL: PARTIAL_SYMBOL}
+    meaning = {**MEANING, PARTIAL: PARTIAL_MEANING, UNKNOWN: UNKNOWN_MEANING}
+    symbol = {**SYMBOL, PARTIAL: PARTIAL_SYMBOL, UNKNOWN: UNKNOWN_SYMBOL}
     cards = "".join(
         f'<div class="card s-{s}"><div class="n">{counts[s]}</div>'
         f'<div><b>{symbol[s]} {s}</b></div><div class="what">{meaning[s]}</div></div>'
-        for s in (*STATUSES, PARTIAL)
-        if s != PARTIAL or counts[PARTIAL]
+        for s in told
+        if s in STATUSES or counts[s]
     )
     # Without a signing key nothing is certified; say what passed instead of "0 certified".
     # A partial certificate certifies only where the node's policy accepts its gaps.

@@ -51,6 +51,7 @@ from gpuboot.report._util import (
 )
 from gpuboot.report.certificate import partial
 from gpuboot.results import NodeReport, RunReport
+from gpuboot.verdict import UNKNOWN
 
 if TYPE_CHECKING:
     from gpuboot.report.extent import Extent
@@ -239,7 +240,7 @@ def _node_samples(
         left = set(extent.unaccepted)
         for scope in dict.fromkeys(g.scope for g in extent.gaps):
             add("node_gap", {"gap": scope, "accepted": str(scope not in left).lower()}, 1)
-    for status in STATUSES:
+    for status in (*STATUSES, UNKNOWN):  # UNKNOWN: its executor was lost, not judged
         add("node_verdict", {"verdict": status}, int(node.verdict == status))
     seen: set[str] = set()
     judged = judged_any(node)

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuboot.report.fold import fold_reason
-from gpuboot.verdict import PARTIAL, Status
+from gpuboot.verdict import PARTIAL, UNKNOWN, Status
 
 if TYPE_CHECKING:
     from gpuboot.results import BundleReport, NodeReport, RunReport
 
-ORDER = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS)  # the worst first
-# as the fleet line counts; PARTIAL: passed its checks, certificate partial, not accepted
-COUNTED = (Status.PASS, PARTIAL, Status.FAIL, Status.ERROR, Status.WARN)
+ORDER = (Status.FAIL, Status.ERROR, UNKNOWN, Status.WARN, Status.PASS)  # the worst first
+# as the fleet line counts; PARTIAL: passed its checks, certificate partial, not accepted;
+# UNKNOWN: its executor was lost, not judged
+COUNTED = (Status.PASS, PARTIAL, Status.FAIL, Status.ERROR, UNKNOWN, Status.WARN)
 NAMED = 5  # nodes the fleet line names before "and N more"
 BLOCKS = 20  # node blocks in Markdown before the rest is left to --json
 XID_RULES = ("XID-001", "XID-002")

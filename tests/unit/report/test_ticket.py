@@ -151,3 +151,21 @@ def test_a_nodes_block_tells_one_reason_once_for_the_rules_that_share_it():
         "FAIL NVL-001 NVLinks: GPU 6: all down",
         "ERROR STK-001 GPU-001: not judged: partial",
     ]
+
+
+def test_a_node_whose_executor_was_lost_is_counted_unknown_in_line_metrics_and_html():
+    from datetime import UTC, datetime
+
+    from gpuboot.report import html, prometheus
+
+    nodes = [
+        _node("a1", "PASS"),
+        _node("a2", "UNKNOWN", "GPU-001", "not judged: executor ex1 lost"),
+    ]
+    report = RunReport.from_dict({"nodes": nodes})
+    assert ticket.fleet_line(report.nodes).startswith("2 nodes: 1 PASS, 1 UNKNOWN — a2")
+    metrics = prometheus.render(report, {}, now=datetime(2026, 11, 27, tzinfo=UTC))
+    assert 'gpuboot_certify_node_verdict{host="a2",verdict="UNKNOWN"} 1' in metrics
+    assert 'gpuboot_certify_node_verdict{host="a1",verdict="UNKNOWN"} 0' in metrics
+    page = html.render(report, {}, now=datetime(2026, 11, 27, tzinfo=UTC))
+    assert '<div class="card s-UNKNOWN"><div class="n">1</div>' in page
