@@ -45,7 +45,6 @@ QUERY_FIELDS = (
 COMPANIONS = (".stderr", ".rc")
 RC_FAILED = 255  # a probe whose exit code is missing or unreadable did not succeed
 DEFAULT_CONFIGFS = "/sys/kernel/config"  # hostvar gpuboot_configfs: RDMA CM's defaults below it
-GIDS_FILE = "show_gids.txt"
 
 
 class NodeAnswerRejected(GpubootError):
@@ -118,7 +117,7 @@ def rail_probes(nics: list[dict[str, Any]], hostvars: dict[str, Any]) -> tuple[P
     rails = [n["netdev"] for n in nics if n.get("link_layer") == "Ethernet"]
     if not rails or not hostvars.get("doca_ofed_enabled"):
         return ()
-    probes = [Probe(GIDS_FILE, "show_gids")]
+    probes = [Probe(names.GIDS_FILE, "show_gids")]
     probes += [Probe(f"ethtool_-S_{dev}.txt", f"ethtool -S {shlex.quote(dev)}") for dev in rails]
     if str(hostvars.get("gpuboot_rdma_cni", "none")) in ("sriov", "shared"):
         configfs = shlex.quote(str(hostvars.get("gpuboot_configfs", DEFAULT_CONFIGFS)))

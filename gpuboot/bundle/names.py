@@ -27,6 +27,7 @@ NVIDIA_VERSION_FILE = "proc_driver_nvidia_version.txt"
 REBOOT_REQUIRED_FILE = "reboot-required.txt"
 BOOT_ID_FILE = "proc_sys_kernel_random_boot_id.txt"
 IBSTAT_FILE = "ibstat.txt"
+GIDS_FILE = "show_gids.txt"  # the RoCE rails' GID tables (NIC-004)
 # why the bandwidth probes did not run (probe lock held, GPUs busy); empty when they did
 PRECONDITIONS_FILE = "gpuboot-preconditions.txt"
 # the package manager: Debian

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from gpuboot.bundle.model import Evidence
+from gpuboot.bundle.names import GIDS_FILE
 from gpuboot.checks.base import (
     PASS,
     NodeContext,
@@ -26,7 +27,6 @@ from gpuboot.checks.smi import seen_or_unread
 from gpuboot.errors import ParseError
 from gpuboot.evidence.forms import parser_of
 
-GIDS_FILE = "show_gids.txt"
 
 
 def check_roce_gids(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
