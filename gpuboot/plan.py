@@ -3,9 +3,12 @@ and the nodes grouped by identical change set.
 
 One SSH round trip per node (`dpkg-query -W`; `rpm -qa` on EL, and on EL8/EL9 dnf's enabled
 module streams from its cache; then what NVIDIA's .run installer left that no package owns),
-all nodes in parallel, each reached through the transport certify uses (gpuboot.transport);
-nothing is changed on any node. A node that cannot be reached is reported as such (with
-what ssh said) and the others are still planned. A node running a driver installed outside
+all nodes in parallel, each reached through the transport certify uses (gpuboot.transport),
+or, for a host with a ``gpuboot_domain``, by its domain's executor (the same command
+through gpuboot.executor.relay, its answer checked end to end: the same plan); nothing is
+changed on any node. A host whose executor was lost is not read: its plan is unknown. A
+node that cannot be reached is reported as such (with what ssh said) and the others are
+still planned. A node running a driver installed outside
 packages is blocked: install refuses it (install.yml runs the same script) until
 `nvidia-installer --uninstall` has removed it.
 """
@@ -13,8 +16,10 @@ packages is blocked: install refuses it (install.yml runs the same script) until
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +34,12 @@ from gpuboot.evidence.packages import (
     installed_rpm_versions,
     installed_versions,
 )
+from gpuboot.executor import shards
+from gpuboot.executor.collect_fleet import CONTROLLER, Shard, in_background, plan_shards
+from gpuboot.executor.collect_job import AnswerCorrupted, ExecutorLost
+from gpuboot.executor.relay import Answer, Command, run_on
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
-from gpuboot.node_collect import check_deadlines, host_deadline
+from gpuboot.node_collect import HostUnreachable, check_deadlines, host_deadline
 from gpuboot.remote import AnswerTooLarge, RemoteTimeout, run_with_deadline
 from gpuboot.report._util import host_key
 from gpuboot.runner import failure_reason, last_line
@@ -39,6 +48,7 @@ from gpuboot.ui import host_ranges
 # dpkg-query answers in about a second; a node holding the session longer than this is
 # reported, not waited for (one such node used to hold the whole plan)
 READ_TIMEOUT_S = 120
+READING = "reading installed packages"
 # EL8/EL9 stacks pin the driver's module stream too: dnf's enabled streams (from its cache,
 # no network, no key trusted) follow rpm's database in the same round trip, after a line
 # carrying rpm's exit status.
@@ -198,63 +208,135 @@ def plan_hosts(inv: Inventory, hosts: list[str]) -> dict[str, Any]:
     return {"inventory": str(inv.path), "nodes": nodes, "groups": groups}
 
 
-def _unreachable(name: str, exc: BaseException) -> dict[str, Any]:
-    return {"host": name, "unreachable": True, "error": f"unreachable: {failure_reason(exc)}"}
+def _unreachable(name: str, exc: BaseException, executor: str = CONTROLLER) -> dict[str, Any]:
+    return {
+        "host": name,
+        "executor": executor,
+        "unreachable": True,
+        "error": f"unreachable: {failure_reason(exc)}",
+    }
 
 
 def read_hosts(inv: Inventory, hosts: list[str]) -> list[dict[str, Any]]:
-    """Each host's installed packages (read_node), all in parallel, deadlines checked
-    before any host: what plan compares and `matrix import` turns into stacks."""
+    """Each host's installed packages, all in parallel, deadlines checked and executors
+    asked their versions before any host: what plan compares, install's drain asks and
+    `matrix import` turns into stacks. A host with a ``gpuboot_domain`` is read by its
+    domain's executor (the same command, its answer checked end to end), others from the
+    controller; a host whose executor was lost or never answered is not read, and marked
+    ``unknown`` (never read from the controller across management networks)."""
     for name in hosts:  # a bad deadline is bad input: refused before any host
         check_deadlines(name, inv.views[name].vars, str(inv.path))
+    direct, planned = plan_shards(inv, hosts)
     connect = transport.connector(inv)
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
-        return list(pool.map(lambda name: read_node(inv, name, connect), hosts))
+    with tempfile.TemporaryDirectory(prefix="gpuboot-read-") as where:
+        relayed = [
+            in_background(partial(_read_shard, inv, name, shard, Path(where)))
+            for name, shard in planned.items()
+        ]
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(direct)))) as pool:
+            found = {r["host"]: r for r in pool.map(lambda n: read_node(inv, n, connect), direct)}
+        for result in relayed:
+            found.update((r["host"], r) for r in result())
+    return [found[name] for name in hosts]
+
+
+def _query(inv: Inventory, name: str) -> tuple[str, bool]:
+    """The host's read (one round trip) and whether it asks dnf's module streams too."""
+    view = inv.views[name]
+    el = view.vars.get("gpuboot_os_family", "debian") == "redhat"
+    streams = (
+        el and view.stack is not None and bool(view.stack.driver.pins_for("redhat").module_stream)
+    )
+    return with_runfile_read(
+        EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY)
+    ), streams
+
+
+def _deadline(inv: Inventory, name: str) -> float:
+    # the host's own collection deadline applies: a slow node an operator knows of
+    return host_deadline(inv.views[name].vars, "gpuboot_collect_timeout", READ_TIMEOUT_S)
 
 
 def read_node(inv: Inventory, name: str, connect: Callable[[str], Any]) -> dict[str, Any]:
-    """One node's package database in one round trip: {"host", "family", "installed"
-    (package -> version), "outside_packages" (a .run driver, or None)}, with "streams" (the
-    EL8/EL9 module listing, None when dnf did not answer: "unread" says why) where the
-    host's stack pins a stream; or {"host", "error"} (and "unreachable")."""
-    view = inv.views[name]
-    hostvars, stack = view.vars, view.stack
+    """One node's package database in one round trip from the controller: {"host",
+    "executor", "family", "installed" (package -> version), "outside_packages" (a .run
+    driver, or None)}, with "streams" (the EL8/EL9 module listing, None when dnf did not
+    answer: "unread" says why) where the host's stack pins a stream; or {"host",
+    "executor", "error"} (and "unreachable")."""
     try:
         host = connect(name)
     except Exception as exc:  # a transport that cannot be built: this node's error only
         return _unreachable(name, exc)
-    family = hostvars.get("gpuboot_os_family", "debian")
-    el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
-    streams = el and stack is not None and bool(stack.driver.pins_for(family).module_stream)
-    query = with_runfile_read(EL_STREAM_QUERY if streams else (RPM_QUERY if el else DPKG_QUERY))
+    query, _ = _query(inv, name)
     try:
-        # the host's own collection deadline applies: a slow node an operator knows of
-        deadline = host_deadline(hostvars, "gpuboot_collect_timeout", READ_TIMEOUT_S)
         cmd = run_with_deadline(
-            host, query, deadline, "reading installed packages", max_bytes=MAX_FILE_BYTES
+            host, query, _deadline(inv, name), READING, max_bytes=MAX_FILE_BYTES
         )
     except (RemoteTimeout, AnswerTooLarge) as exc:
-        return {"host": name, "error": exc.message}
+        return {"host": name, "executor": CONTROLLER, "error": exc.message}
     except Exception as exc:  # testinfra raises when ssh itself fails (exit 255)
         return _unreachable(name, exc)
+    return read_answer(inv, name, cmd, CONTROLLER)
+
+
+def _read_shard(inv: Inventory, executor: str, shard: Shard, where: Path) -> list[dict[str, Any]]:
+    """The shard's hosts read through their executor (none answered the pre-flight: each
+    host not read, unknown)."""
+    if shard.executor is None:
+        return [_lost(h, executor, shard.refused) for h in shard.hosts]
+    commands = {
+        name: Command(
+            connection, _query(inv, name)[0], _deadline(inv, name), READING, MAX_FILE_BYTES
+        )
+        for name, (connection, _) in shard.hosts.items()
+    }
+    answers = run_on(shard.executor, commands, shards.shard_dir(where, executor))
+    found = []
+    for name, answer in answers.items():
+        if isinstance(answer, Answer):
+            found.append(read_answer(inv, name, answer, executor))
+        elif isinstance(answer, ExecutorLost):
+            found.append(_lost(name, executor, answer.message))
+        elif isinstance(answer, HostUnreachable):
+            found.append(_unreachable(name, answer, executor))
+        elif isinstance(answer, AnswerCorrupted):
+            error = f"cannot read installed packages: {answer.message}"
+            found.append({"host": name, "executor": executor, "error": error})
+        else:  # the deadline, the cap: said as a direct read says them
+            found.append({"host": name, "executor": executor, "error": answer.message})
+    return found
+
+
+def _lost(name: str, executor: str, why: str) -> dict[str, Any]:
+    """A host its executor did not read: its packages are unknown, not the node's fault."""
+    return {"host": name, "executor": executor, "unknown": True, "error": f"not read: {why}"}
+
+
+def read_answer(inv: Inventory, name: str, cmd: Any, executor: str) -> dict[str, Any]:
+    """The host's read from its answer (``cmd``: rc, stdout, stderr), wherever it ran."""
+    hostvars = inv.views[name].vars
+    family = hostvars.get("gpuboot_os_family", "debian")
+    el = family == "redhat"  # RHEL/Rocky/Alma: rpm's database, the same one round trip
+    _, streams = _query(inv, name)
+    who = {"host": name, "executor": executor}
     try:
         out, rc, runfile = split_runfile_answer(cmd.stdout)
     except CutAnswer as exc:
         # a shell that failed says why on stderr; one that ended well sent less than it wrote
         why = (last_line(cmd.stderr) or f"exit {cmd.rc}") if cmd.rc else str(exc)
-        return {"host": name, "error": f"cannot read installed packages: {why}"}
+        return {**who, "error": f"cannot read installed packages: {why}"}
     listing, unread = None, ""
     if streams:
         out, rc, listing, unread = split_stream_answer(out, rc)
     if rc != 0:
         why = last_line(cmd.stderr) or f"exit {rc}"
-        return {"host": name, "error": f"cannot read installed packages: {why}"}
+        return {**who, "error": f"cannot read installed packages: {why}"}
     try:
         installed = (installed_rpm_versions if el else installed_versions)(out)
     except ParseError as exc:
-        return {"host": name, "error": f"cannot read installed packages: {exc}"}
+        return {**who, "error": f"cannot read installed packages: {exc}"}
     return {
-        "host": name,
+        **who,
         "family": family,
         "installed": installed,
         **({"streams": listing, "unread": unread} if streams else {}),
@@ -300,6 +382,7 @@ def _plan_node(read: dict[str, Any], inv: Inventory) -> dict[str, Any]:
     changes = [i for i in items if i["action"] != "keep"]
     doc = {
         "host": name,
+        "executor": read["executor"],
         "stack": hostvars.get("gpuboot_stack"),
         "items": items,
         "changes": len(changes),
@@ -403,12 +486,14 @@ def render(doc: dict[str, Any]) -> str:
         )
     nodes = doc["nodes"]
     failed = sum(1 for n in nodes if "error" in n)
+    unknown = sum(1 for n in nodes if n.get("unknown"))
     blocked = sum(1 for n in nodes if "outside_packages" in n)
     changing = sum(1 for n in nodes if n.get("changes") and "outside_packages" not in n)
     sets = sum(1 for g in doc["groups"] if g.get("changes"))
     parts.append(
         f"{len(nodes)} node(s): {changing} with package changes ({sets} distinct change "
         f"set(s)), {len(nodes) - changing - failed - blocked} up to date, {failed} not read"
+        + (f" ({unknown} of them: their executor was lost)" if unknown else "")
         + (f", {blocked} blocked by a driver installed outside packages" if blocked else "")
     )
     return "\n\n".join(parts)
