@@ -88,6 +88,11 @@ OUTSIDE_CERTIFY: dict[str, str] = {
     "EXE-001": "an execution node's venv directory (executor setup; executors are not certified)",
     "EXE-002": "the controller's wheelhouse on an execution node (executor setup)",
     "EXE-003": "an execution node's venv made from that wheelhouse (executor setup)",
+    "REM-002": "remediation's GPU reset: the GPUs' compute processes stopped (the ladder's step)",
+    "REM-004": "remediation's GPU reset: the daemons holding the GPUs stopped for it",
+    "REM-005": "remediation's GPU reset itself (nvidia-smi -r); a fresh certify judges after it",
+    "REM-006": "remediation's GPU reset: the daemons it stopped started again",
+    "REM-011": "remediation's reboot request (the reboot role acts on it; certify judges after)",
 }
 
 

@@ -1,9 +1,12 @@
 """The two node-side steps that are not an install: a GPU reset and a reboot, each a small
-play run through gpuboot.runner (every argument a list item or an extra var: no shell line
-is built from a value). The reboot is the install's own gpuboot_reboot role, handed a
-reboot request the way the other roles record theirs; its ansible.builtin.reboot waits
-for the boot time (or the inventory's gpuboot_reboot_boot_time_command) to change and the
-role checks the request is gone and the pinned driver loaded.
+shipped play (every argument a list item or an extra var: no shell line is built from a
+value) run from the controller, or for a host with a ``gpuboot_domain`` as a shard on its
+domain's executor (gpuboot.executor.batch, as install's); a host whose executor was lost
+or never answered is unknown, and the step held (``held``), never failed. The reboot is
+the install's own gpuboot_reboot role, handed a reboot request the way the other roles
+record theirs; its ansible.builtin.reboot waits for the boot time (or the inventory's
+gpuboot_reboot_boot_time_command) to change and the role checks the request is gone and
+the pinned driver loaded.
 
 Each play takes the node's lease first (gpuboot.node.lease, the one install takes) and gives
 it back in an always, so a second controller never converges a node remediation is
@@ -12,124 +15,81 @@ anything changes, and the step is held, not failed (``refused`` reads it)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from gpuboot import paths
+from gpuboot.executor import route, shards
+from gpuboot.executor.batch import play_batch
 from gpuboot.inventory import Inventory
-from gpuboot.runner import HostResult, RunSpec, new_run_dir, run
+from gpuboot.runner import HostResult, PlayResult, RunSpec, new_run_dir, run
 
 # The tasks that take the node's lease: these plays' and install's (playbooks/install.yml).
-LEASE_TASKS = ("REMEDIATE-000 ", "INST-004 ")
+LEASE_TASKS = ("REM-000 ", "REM-010 ", "INST-004 ")
 
 # Daemons that hold every GPU open: a reset is refused while they run.
 GPU_DAEMONS = ("nvidia-persistenced", "nvidia-dcgm")
 
-RESET_PLAY = """\
-- name: gpuboot remediate | reset the GPUs an Xid named
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: "REMEDIATE-000 | AUDIT | Take this node's lease: one controller acts on it at a time"
-      gpuboot.node.lease:
-        ttl: "{{ gpuboot_lease_ttl | default(7200) }}"
-      changed_when: false  # bookkeeping: no managed state changes
-    - name: "REMEDIATE-007 | PATCH | Reset the GPUs, then give the lease back whatever happened"
-      block:
-        - name: "REMEDIATE-001 | AUDIT | List the compute processes on the GPUs"
-          ansible.builtin.command:
-            argv:
-              - nvidia-smi
-              - --query-compute-apps=pid
-              - --format=csv,noheader
-              - -i
-              - "{{ gpuboot_remediate_gpus | join(',') }}"
-          register: __gpuboot_apps
-          changed_when: false
-          failed_when: false  # none listed: the reset itself says whether the GPU is in use
-        - name: "REMEDIATE-002 | PATCH | Stop the GPUs' compute processes"
-          ansible.builtin.command:
-            argv: [kill, "{{ item }}"]
-          loop: >-
-            {{ __gpuboot_apps.stdout_lines | default([]) | map('trim')
-               | select('match', '^[0-9]+$') | list }}
-          failed_when: false  # gone meanwhile
-        - name: "REMEDIATE-003 | PATCH | Reset the GPUs with their daemons stopped"
-          block:
-            - name: "REMEDIATE-004 | PATCH | Stop the daemons that hold every GPU open"
-              ansible.builtin.service:
-                name: "{{ item }}"
-                state: stopped
-              loop: "{{ gpuboot_remediate_daemons }}"
-              register: __gpuboot_stopped
-              failed_when: false  # not installed on this node
-            - name: "REMEDIATE-005 | PATCH | Reset the GPUs"
-              ansible.builtin.command:
-                argv: [nvidia-smi, -r, -i, "{{ gpuboot_remediate_gpus | join(',') }}"]
-          always:
-            - name: "REMEDIATE-006 | PATCH | Start the daemons stopped for the reset"
-              ansible.builtin.service:
-                name: "{{ item.item }}"
-                state: started
-              loop: "{{ __gpuboot_stopped.results | default([]) | selectattr('changed') | list }}"
-      always:
-        - name: "REMEDIATE-009 | AUDIT | Give this node's lease back"
-          gpuboot.node.lease:
-            state: released
-          changed_when: false  # bookkeeping: no managed state changes
-"""
-
-REBOOT_PLAY = """\
-- name: gpuboot remediate | reboot the node
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: "REMEDIATE-000 | AUDIT | Take this node's lease: one controller acts on it at a time"
-      gpuboot.node.lease:
-        ttl: "{{ gpuboot_lease_ttl | default(7200) }}"
-      changed_when: false  # bookkeeping: no managed state changes
-    - name: "REMEDIATE-007 | PATCH | Reboot the node, then give the lease back whatever happened"
-      block:
-        - name: "REMEDIATE-010 | PATCH | Record the remediation's reboot request"
-          ansible.builtin.copy:
-            dest: >-
-              {{ gpuboot_reboot_marker_dir | default('/var/run')
-              }}/reboot-required.gpuboot-remediate
-            content: "remediation: {{ gpuboot_remediate_reason }}\\n"
-            mode: "0644"
-        - name: "REMEDIATE-011 | PATCH | Reboot through the install's reboot role"
-          ansible.builtin.import_role:
-            name: gpuboot_reboot
-      always:
-        - name: "REMEDIATE-009 | AUDIT | Give this node's lease back"
-          gpuboot.node.lease:
-            state: released
-          changed_when: false  # bookkeeping: no managed state changes
-"""
+# Shipped playbooks (gpuboot/ansible/playbooks): an executor runs only its own shipped ones.
+RESET_PLAYBOOK = "remediate-reset.yml"
+REBOOT_PLAYBOOK = "remediate-reboot.yml"
+# Each play's last task: a host that reached it is done even if its executor is lost after.
+FINAL_TASKS = {
+    RESET_PLAYBOOK: "REM-009 | AUDIT | Give this node's lease back",
+    REBOOT_PLAYBOOK: "REM-019 | AUDIT | Give this node's lease back",
+}
 
 
-def _play(inv: Inventory, host: str, label: str, text: str, extravars: dict) -> HostResult:
+def _play(inv: Inventory, host: str, playbook: str, extravars: dict) -> HostResult:
+    """The play on ``host``, from the controller or, for a host with a gpuboot_domain, as a
+    shard on its domain's executor (asked its versions first: a skewed one is bad input). A
+    host its executor did not finish is unknown (HostResult.unknown), never failed."""
+    label = playbook.removesuffix(".yml")
     run_id, run_dir = new_run_dir(label)
-    playbook = run_dir / f"{label}.yml"
-    paths.write_private(playbook, text)
-    spec = RunSpec(
-        playbook=Path(playbook),
-        inventory=(inv.path,),
-        label=label,
-        limit=host,
-        extravars=extravars,
-    )
-    played = run(spec, into=(run_id, run_dir))
-    return played.hosts.get(host) or HostResult(
-        host=host, failed=1, reason="the play never reached this host"
-    )
+    answers = route.preflight(inv, route.candidates(inv, [host]))
+    routes = route.routing(inv, [host], [n for n, why in answers.items() if why is None])
+    unanswered = {n: why for n, why in answers.items() if why is not None}
+    jobs = {
+        name: (
+            route.executor(inv, name),
+            shards.build_job(
+                shards.shard_dir(run_dir, name),
+                {host: inv.resolved(host)},
+                playbook,
+                extravars,
+                final_task=FINAL_TASKS[playbook],
+                on_detach="finish",  # a reset or reboot half done is worse than one finished
+            ),
+        )
+        for name in routes
+        if name != route.CONTROLLER and name not in unanswered
+    }
+
+    def controller(hosts: list[str], on_event: Any) -> PlayResult:
+        spec = RunSpec(
+            playbook=paths.PLAYBOOKS_DIR / playbook,
+            inventory=(inv.path,),
+            label=label,
+            limit=",".join(hosts),
+            extravars=extravars,
+        )
+        return run(spec, into=(run_id, run_dir), on_event=on_event)
+
+    return play_batch(
+        routes,
+        controller=controller,
+        jobs=jobs,
+        unanswered=unanswered,
+        run_dir=run_dir,
+        results_dir=run_dir,
+        hint=f"gpuboot remediate -i {inv.path} --limit {host}",
+    )[host]
 
 
 def reset_gpus(inv: Inventory, host: str, gpus: tuple[str, ...]) -> HostResult:
     return _play(
         inv,
         host,
-        "remediate-reset",
-        RESET_PLAY,
+        RESET_PLAYBOOK,
         {"gpuboot_remediate_gpus": list(gpus), "gpuboot_remediate_daemons": list(GPU_DAEMONS)},
     )
 
@@ -138,10 +98,20 @@ def reboot(inv: Inventory, host: str, reason: str) -> HostResult:
     return _play(
         inv,
         host,
-        "remediate-reboot",
-        REBOOT_PLAY,
+        REBOOT_PLAYBOOK,
         {"gpuboot_allow_reboot": True, "gpuboot_remediate_reason": reason[:200]},
     )
+
+
+def held(played: HostResult) -> str | None:
+    """Why the step is held rather than judged: the node's lease was not taken (nothing
+    done), or the play's outcome is unknown because its executor was lost (what it did is
+    not known: the ladder must not climb on it); None when the play's result stands."""
+    if played.unknown:
+        return f"outcome unknown: {played.reason}"
+    if why := refused(played):
+        return f"not touched: {why}"
+    return None
 
 
 def refused(played: HostResult) -> str | None:

@@ -39,12 +39,13 @@ CERTIFY_RETRY_S = 15.0
 
 class Held(Exception):
     """The step was not taken: the drain before a reboot was refused (budget, ownership),
-    or another controller holds the node's lease."""
+    or another controller holds the node's lease; or what it did is not known: the executor
+    running it was lost."""
 
 
-def _held_at_lease(played: HostResult) -> None:
-    if why := plays.refused(played):
-        raise Held(f"not touched: {why}")
+def _raise_if_held(played: HostResult) -> None:
+    if why := plays.held(played):
+        raise Held(why)
 
 
 @dataclass
@@ -168,9 +169,10 @@ class Steps:
         if self.cluster is not None:
             drain = Drain(kubeconfig=self.cluster.kubeconfig, context=self.cluster.context)
         result = install(str(self.inv.path), limit=self.host, drain=drain, **kw)
+        if (r := result.hosts.get(self.host)) is not None:
+            _raise_if_held(r)  # refused at the lease, or unknown: its executor was lost
         if broken_hosts(result.hosts):
             r = result.hosts[self.host]
-            _held_at_lease(r)
             return f"install failed at {r.failed_task or r.task}: {r.reason}"
         return None
 
@@ -185,7 +187,7 @@ class Steps:
 
     def _reset(self) -> str | None:
         played = plays.reset_gpus(self.inv, self.host, self.fault.gpus)
-        _held_at_lease(played)
+        _raise_if_held(played)
         if played.status in ("failed", "unreachable"):
             return f"GPU reset failed at {played.failed_task or played.task}: {played.reason}"
         return None
@@ -206,7 +208,7 @@ class Steps:
             if out.error:
                 return f"not rebooted: the drain failed: {out.error}"
         played = plays.reboot(self.inv, self.host, self._why())
-        _held_at_lease(played)
+        _raise_if_held(played)
         if played.status in ("failed", "unreachable"):
             return f"reboot failed at {played.failed_task or played.task}: {played.reason}"
         return None

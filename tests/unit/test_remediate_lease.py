@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from gpuboot import runner
+from gpuboot import paths, runner
 from gpuboot.remediate import plays
 
 pytestmark = pytest.mark.subprocess  # runs ansible-playbook
@@ -53,7 +53,8 @@ def node(tmp_path, monkeypatch):
     (bin_ / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_}:{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin")
     play = tmp_path / "reset.yml"
-    play.write_text(_with_lease_at(plays.RESET_PLAY, str(lease)))
+    shipped = (paths.PLAYBOOKS_DIR / plays.RESET_PLAYBOOK).read_text()
+    play.write_text(_with_lease_at(shipped, str(lease)))
     local = f"{{ansible_connection: local, ansible_python_interpreter: {sys.executable}}}"
     inv = tmp_path / "inv.yml"
     inv.write_text(f"all:\n  hosts:\n    node1: {local}\n")
@@ -76,7 +77,7 @@ def test_another_controllers_lease_stops_the_reset_before_any_gpu_is_touched(nod
     lease.write_text(json.dumps({**held, "taken": time.time(), "expires": time.time() + 600}))
     kept = lease.read_text()
     played = reset()
-    assert played.status == "failed" and played.failed_task.startswith("REMEDIATE-000"), played
+    assert played.status == "failed" and played.failed_task.startswith("REM-000"), played
     why = plays.refused(played)
     assert why and f"controller {OTHER}" in why and "20261127T130000-install-abcdef" in why
     assert not log.exists()  # nvidia-smi never ran

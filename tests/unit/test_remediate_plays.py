@@ -10,9 +10,13 @@ import re
 import pytest
 import yaml
 
+from gpuboot import paths
 from gpuboot.remediate import plays
 
-NAME = re.compile(r"^REMEDIATE-\d{3} \| (AUDIT|PATCH) \| \S")
+# the shipped playbooks, as the controller and every executor run them
+RESET_PLAY = (paths.PLAYBOOKS_DIR / plays.RESET_PLAYBOOK).read_text()
+REBOOT_PLAY = (paths.PLAYBOOKS_DIR / plays.REBOOT_PLAYBOOK).read_text()
+NAME = re.compile(r"^REM-\d{3} \| (AUDIT|PATCH) \| \S")
 
 
 def _flat(tasks: list[dict]) -> list[dict]:
@@ -27,9 +31,9 @@ def _tasks(play: str) -> list[dict]:
     return _flat(doc["tasks"])
 
 
-@pytest.mark.parametrize("play", [plays.RESET_PLAY, plays.REBOOT_PLAY])
+@pytest.mark.parametrize("play", [RESET_PLAY, REBOOT_PLAY])
 def test_every_task_has_an_id_and_no_shell_line(play):
-    tasks = _tasks(play)
+    tasks = [t for t in _tasks(play) if "block" not in t]  # blocks are containers: no id
     assert tasks and all(NAME.match(t["name"]) for t in tasks), [t["name"] for t in tasks]
     assert not [t for t in tasks if "ansible.builtin.shell" in t or "shell" in t]
     commands = [t["ansible.builtin.command"] for t in tasks if "ansible.builtin.command" in t]
@@ -37,22 +41,22 @@ def test_every_task_has_an_id_and_no_shell_line(play):
 
 
 def test_the_reset_names_its_gpus_through_a_variable_and_restarts_what_it_stopped():
-    tasks = {t["name"].split(" |")[0]: t for t in _tasks(plays.RESET_PLAY)}
-    reset = tasks["REMEDIATE-005"]["ansible.builtin.command"]["argv"]
+    tasks = {t["name"].split(" |")[0]: t for t in _tasks(RESET_PLAY)}
+    reset = tasks["REM-005"]["ansible.builtin.command"]["argv"]
     assert reset[:3] == ["nvidia-smi", "-r", "-i"] and "gpuboot_remediate_gpus" in reset[3]
-    assert "__gpuboot_stopped" in tasks["REMEDIATE-006"]["loop"]
+    assert "__gpuboot_stopped" in tasks["REM-006"]["loop"]
 
 
 def test_the_reboot_is_the_install_roles_own_with_a_recorded_request():
-    tasks = _tasks(plays.REBOOT_PLAY)
+    tasks = _tasks(REBOOT_PLAY)
     (request,) = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
     assert request["dest"].endswith("reboot-required.gpuboot-remediate")
     reboot = [t for t in tasks if "ansible.builtin.import_role" in t]
-    assert reboot == [t for t in tasks if t["name"].startswith("REMEDIATE-011")]
+    assert reboot == [t for t in tasks if t["name"].startswith("REM-012")]
     assert reboot[0]["ansible.builtin.import_role"] == {"name": "gpuboot_reboot"}
 
 
-@pytest.mark.parametrize("play", [plays.RESET_PLAY, plays.REBOOT_PLAY])
+@pytest.mark.parametrize("play", [RESET_PLAY, REBOOT_PLAY])
 def test_the_node_lease_is_taken_first_and_given_back_around_every_change(play):
     (doc,) = yaml.safe_load(play)
     take, work = doc["tasks"]

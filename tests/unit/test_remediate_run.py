@@ -118,7 +118,7 @@ def test_another_controllers_node_lease_holds_the_reboot_back_without_climbing(
     def refused(inv, host, reason):
         steps["reboots"].append(host)
         return HostResult(
-            host=host, failed=1, failed_task="REMEDIATE-000 | AUDIT | Take ...", reason=HELD_BY
+            host=host, failed=1, failed_task="REM-000 | AUDIT | Take ...", reason=HELD_BY
         )
 
     monkeypatch.setattr(plays, "reboot", refused)
