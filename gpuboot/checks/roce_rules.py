@@ -28,7 +28,6 @@ from gpuboot.errors import ParseError
 from gpuboot.evidence.forms import parser_of
 
 
-
 def check_roce_gids(evidence: Evidence, ctx: NodeContext) -> str | Result | None:
     """Every RoCE rail of the profile has a RoCE v2 GID (matched by RDMA device or netdev).
     A table without show_gids' n_gids_found trailer was cut: a rail it shows without a v2
