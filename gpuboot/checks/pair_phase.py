@@ -4,7 +4,6 @@ and add the raw outputs and the attribution to each node's evidence and meta."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuboot.checks.thresholds import band
@@ -39,12 +38,19 @@ def _rails(entry: dict) -> list[str]:
 
 def run_pair_probes(
     entries: dict[str, dict[str, Any]],
-    run: pairs.Runner,
+    run: pairs.Runner | None = None,
     deadlines: dict[str, float] | None = None,
+    *,
+    play: pairs.RoundRunner | None = None,
 ) -> None:
-    """Mutates each entry: evidence gets the pair files, meta gets ``pairs``. ``deadlines``
-    (host -> seconds, the runner's) bound each pair's node-side tool timeout."""
+    """Mutates each entry: evidence gets the pair files, meta gets ``pairs``. Each round
+    runs through ``play`` (an executor's job), else side by side through ``run``.
+    ``deadlines`` (host -> seconds, the runner's) bound each pair's node-side tool timeout."""
     known = deadlines or {}
+    if play is None:
+        if run is None:
+            raise ValueError("a runner or a round runner")
+        play = pairs.direct_rounds(run)
     for kind in ("tcp_bw", "ib_write_bw"):
         hosts = _eligible(entries, kind)
         if not hosts:
@@ -61,16 +67,13 @@ def run_pair_probes(
         # One rail after the other: a rail's figure is its own, not a share of the node's.
         for rail, spec in specs.items():
 
-            def one(pair: tuple[str, str], suffix="", spec=spec, ad=addresses, fb=fail_below):
-                limit = pairs.tool_timeout(*(known.get(h) for h in pair))
-                return pairs.run_pair(spec, pair[0], pair[1], ad, run, fb, suffix, limit)
+            def measure(rnd, suffix="", spec=spec, ad=addresses, fb=fail_below):
+                limits = {p: pairs.tool_timeout(*(known.get(h) for h in p)) for p in rnd}
+                return pairs.run_round(spec, rnd, ad, play, fb, suffix, limits)
 
-            runs: list[pairs.PairRun] = []
-            for rnd in pairs.ring_rounds(hosts):
-                with ThreadPoolExecutor(max_workers=max(1, len(rnd))) as pool:
-                    runs += list(pool.map(one, rnd))
+            runs = [r for rnd in pairs.ring_rounds(hosts) for r in measure(rnd)]
             verdicts, retries = pairs.attribute(
-                hosts, runs, lambda s, c, f=one: f((s, c), ".retry")
+                hosts, runs, lambda s, c, f=measure: f([(s, c)], ".retry")[0]
             )
             for r in [*runs, *retries]:
                 for host, (file, out) in r.outputs.items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,58 @@ def ring_rounds(hosts: list[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
+# A side as measured: its output, and whether it passed its deadline (the output says so).
+Side = tuple[ProbeOutput, bool]
+# One round's node-disjoint pairs at once: [(server, client, server command, client
+# command)] -> each pair's (server side, client side), in order. Each server is started,
+# and given its head start, before its client.
+RoundRunner = Callable[[list[tuple[str, str, str, str]]], list[tuple[Side, Side]]]
+
+
+def direct_rounds(run: Runner) -> RoundRunner:
+    """A round run side by side through ``run``: each pair on a thread of its own."""
+
+    def play(commands: list[tuple[str, str, str, str]]) -> list[tuple[Side, Side]]:
+        with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
+            return list(pool.map(lambda c: _sides(run, *c), commands))
+
+    return play
+
+
+def _sides(run: Runner, server: str, client: str, srv_cmd: str, cli_cmd: str) -> tuple[Side, Side]:
+    box: dict[str, Side] = {}
+    t = threading.Thread(target=lambda: box.setdefault("s", _side(run, server, srv_cmd)))
+    t.start()
+    time.sleep(SERVER_HEAD_START_S)
+    cli = _side(run, client, cli_cmd)
+    t.join()  # the runner returns within the server's deadline
+    # a runner that raised on the server side said nothing: the pair failed, nobody late
+    return box.get("s", (ProbeOutput("", "server side did not finish", 124), False)), cli
+
+
+def run_round(
+    spec: PairSpec,
+    pairs: list[tuple[str, str]],
+    addresses: dict[str, str],
+    play: RoundRunner,
+    fail_below: float,
+    suffix: str = "",
+    limits: dict[tuple[str, str], int] | None = None,
+) -> list[PairRun]:
+    """One measurement per (server, client) of a round, all at once through ``play``;
+    ``limits``: a pair's node-side timeout of both tools (tool_timeout)."""
+    commands = []
+    for server, client in pairs:
+        limit = (limits or {}).get((server, client), TOOL_TIMEOUT_S)
+        peer = addresses.get(server, server)
+        commands.append((server, client, spec.server_cmd(limit), spec.client_cmd(peer, limit)))
+    sides = play(commands)
+    return [
+        _judged(spec, server, client, srv, cli, fail_below, suffix)
+        for (server, client), (srv, cli) in zip(pairs, sides, strict=True)
+    ]
+
+
 def run_pair(
     spec: PairSpec,
     server: str,
@@ -130,15 +183,22 @@ def run_pair(
 ) -> PairRun:
     """One measurement between ``server`` and ``client``; ``limit`` is the node-side
     timeout of both tools (tool_timeout)."""
-    box: dict[str, tuple[ProbeOutput, bool]] = {}
-    srv_cmd = spec.server_cmd(limit)
-    t = threading.Thread(target=lambda: box.setdefault("s", _side(run, server, srv_cmd)))
-    t.start()
-    time.sleep(SERVER_HEAD_START_S)
-    cli, cli_late = _side(run, client, spec.client_cmd(addresses.get(server, server), limit))
-    t.join()  # the runner returns within the server's deadline
-    # a runner that raised on the server side said nothing: the pair failed, nobody late
-    srv, srv_late = box.get("s", (ProbeOutput("", "server side did not finish", 124), False))
+    limits = {(server, client): limit}
+    pair = [(server, client)]
+    return run_round(spec, pair, addresses, direct_rounds(run), fail_below, suffix, limits)[0]
+
+
+def _judged(
+    spec: PairSpec,
+    server: str,
+    client: str,
+    server_side: Side,
+    client_side: Side,
+    fail_below: float,
+    suffix: str,
+) -> PairRun:
+    """The pair's run from its two sides' outputs."""
+    (srv, srv_late), (cli, cli_late) = server_side, client_side
     name = lambda peer: spec.file(peer).replace(".txt", f"{suffix}.txt")  # noqa: E731
     outputs = {server: (name(client), srv), client: (name(server), cli)}
     late = tuple(h for h, was in ((server, srv_late), (client, cli_late)) if was)
@@ -160,7 +220,7 @@ def run_pair(
     return PairRun(spec.kind, server, client, ok, value, why, outputs)
 
 
-def _side(run: Runner, host: str, command: str) -> tuple[ProbeOutput, bool]:
+def _side(run: Runner, host: str, command: str) -> Side:
     """One side's output, and whether it passed its deadline (the output then says so)."""
     try:
         return run(host, command), False
