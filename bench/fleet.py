@@ -81,7 +81,7 @@ class Run:
 
     @property
     def measured(self) -> bool:
-        return self.exit in MEASURED_EXITS
+        return self.exit in MEASURED_EXITS and not self.note
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> Timing:
@@ -111,6 +111,16 @@ def parse_result(doc: dict[str, Any]) -> tuple[dict[str, int], Path | None]:
         ran_by[who] = ran_by.get(who, 0) + 1
     run_dir = doc.get("run_dir")
     return dict(sorted(ran_by.items())), Path(run_dir) if run_dir else None
+
+
+def harness_errors(doc: dict[str, Any]) -> str:
+    """Why the run is no measurement though it exited as one: nodes whose verdict is ERROR
+    (their evidence could not be read: the harness, never the hardware), or ''."""
+    nodes = [n for n in doc.get("nodes") or () if n.get("verdict") == "ERROR"]
+    if not nodes:
+        return ""
+    reasons = [f.get("reason", "") for f in nodes[0].get("findings", ()) if f.get("reason")]
+    return f"{len(nodes)} nodes ERROR (harness): {reasons[0] if reasons else 'no reason given'}"
 
 
 def shard_bytes(run_dir: Path | None) -> tuple[int, int]:
@@ -237,6 +247,11 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
     lines = [
         f"fleet bench {doc['started']} UTC, stack {doc['stack']}, {doc['cores']} cores, "
         f"load (1 min) at start {doc['load_at_start']:.1f}",
+        *(
+            f"with the runs of {a['file']} ({a['started']} UTC, load at start "
+            f"{a['load_at_start']:.1f})"
+            for a in doc.get("added", ())
+        ),
         "",
         f"{'nodes':>5} {'mode':<9} {'verb':<13} {'wall s':>7} {'ping s':>7} {'x ping':>7} "
         f"{'CPU s/node':>10} {'ping CPU/node':>13} {'stream B/host':>13}  ran by / note",
@@ -248,7 +263,7 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
                 if r is None:
                     continue
                 who = ", ".join(f"{k} {v}" for k, v in r.executors.items())
-                tail = who if r.measured else f"exit {r.exit}: {r.note}"
+                tail = who if r.measured else f"exit {r.exit}, not measured: {r.note}"
                 stream = f"{r.stream_bytes // size:>13}" if r.stream_bytes else f"{'-':>13}"
                 lines.append(
                     f"{size:>5} {mode:<9} {verb:<13} {r.wall_s:>7.1f} {r.ping_s:>7.1f} "
@@ -301,6 +316,27 @@ def report_doc(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]]) 
         "model": MODEL,
         "projection": projection,
     }
+
+
+def runs_from_doc(doc: dict[str, Any]) -> dict[int, dict[str, dict[str, Run]]]:
+    """The runs of an earlier --json document (``--add``), as this run keeps its own."""
+    return {
+        int(size): {
+            mode: {verb: Run(**fields) for verb, fields in by_verb.items()}
+            for mode, by_verb in by_mode.items()
+        }
+        for size, by_mode in doc.get("runs", {}).items()
+    }
+
+
+def merge(
+    runs: dict[int, dict[str, dict[str, Run]]], earlier: dict[int, dict[str, dict[str, Run]]]
+) -> dict[int, dict[str, dict[str, Run]]]:
+    """This run's labs, and the earlier ones' where this run has none (size and mode)."""
+    merged = {size: dict(by_mode) for size, by_mode in earlier.items()}
+    for size, by_mode in runs.items():
+        merged.setdefault(size, {}).update(by_mode)
+    return merged
 
 
 # ---- the runs (processes, labs) ----
@@ -391,8 +427,7 @@ def bench_lab(size: int, mode: str, args, env: dict[str, str], say) -> dict[str,
             total, journals = shard_bytes(run_dir)
             run = Run(verb, t.wall_s, t.cpu_s, t.exit, base.wall_s, base.cpu_s, ran_by)
             run.stream_bytes, run.journal_bytes = total, journals
-            if not run.measured:
-                run.note = _why(t)
+            run.note = _why(t) if t.exit not in MEASURED_EXITS else harness_errors(_json(t))
             runs[verb] = run
             say(f"{verb}: {t.wall_s:.1f} s, exit {t.exit}, CPU {t.cpu_s / size:.3f} s/node")
     finally:
@@ -407,6 +442,14 @@ def main() -> int:
     parser.add_argument("--stack", default="lts-550-cuda12.4")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the --json document to this file")
+    parser.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="an earlier run's --json document: its labs join this run's in the targets, "
+        "fits and projection (a size and mode measured now wins)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     modes = [m for m in args.modes.split(",") if m in MODES]
@@ -423,6 +466,13 @@ def main() -> int:
         "cores": os.cpu_count() or 1,
         "load_at_start": os.getloadavg()[0],
     }
+    earlier: dict[int, dict[str, dict[str, Run]]] = {}
+    for path in args.add:
+        added = json.loads(Path(path).read_text())
+        earlier = merge(runs_from_doc(added), earlier)
+        doc.setdefault("added", []).append(
+            {k: added.get(k) for k in ("started", "load_at_start", "load_at_end")} | {"file": path}
+        )
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {msg}", file=sys.stderr)
@@ -441,6 +491,7 @@ def main() -> int:
     finally:
         close_ssh_masters(Path(args.scratch) / "cp")
     doc["load_at_end"] = os.getloadavg()[0]
+    runs = merge(runs, earlier)
     if args.out:
         Path(args.out).write_text(json.dumps(report_doc(doc, runs), indent=2))
     print(json.dumps(report_doc(doc, runs), indent=2) if args.json else report_text(doc, runs))

@@ -116,7 +116,7 @@ def test_report_shows_table_targets_model_and_projection(fleet):
     doc = {"started": "2026-11-27 17:00", "stack": "s", "cores": 2, "load_at_start": 6.1}
     text = fleet.report_text(doc, runs)
     assert "load (1 min) at start 6.1" in text
-    assert "exit 2: pair probes do not run" in text
+    assert "exit 2, not measured: pair probes do not run" in text
     scan_row = next(line for line in text.splitlines() if "executors scan" in line)
     assert "5000" in scan_row and "exec-a 5, exec-b 5" in scan_row
     assert "NOT met" in text and "C_e(N, E)" in text
@@ -124,3 +124,32 @@ def test_report_shows_table_targets_model_and_projection(fleet):
     js = fleet.report_doc(doc, runs)
     assert js["runs"]["10"]["executors"]["certify_quick"]["exit"] == 2
     assert set(js["projection"]["scan"]["1024"]) == {"0", "2", "8", "32"}
+
+
+def test_nodes_in_error_make_a_run_no_measurement(fleet):
+    reason = "cannot judge: node1: the collection answer arrived without its begin or end line"
+    doc = {
+        "nodes": [
+            {"host": "node1", "verdict": "ERROR", "findings": [{"rule": "X", "reason": reason}]},
+            {"host": "node2", "verdict": "ERROR", "findings": []},
+            {"host": "node3", "verdict": "PASS", "findings": []},
+        ]
+    }
+    note = fleet.harness_errors(doc)
+    assert note == f"2 nodes ERROR (harness): {reason}"
+    assert fleet.harness_errors({"nodes": [{"verdict": "FAIL"}]}) == ""
+    assert fleet.harness_errors({"hosts": {"n1": {"status": "ok"}}}) == ""
+    assert not run(fleet, "certify_quick", 20.0, 1.0, exit=1, note=note).measured
+    assert run(fleet, "certify_quick", 20.0, 1.0, exit=1).measured  # a node failed: judged
+
+
+def test_earlier_runs_read_back_and_merged_this_run_wins(fleet):
+    earlier = runs_at(fleet, (10,))
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    read = fleet.runs_from_doc(fleet.report_doc(doc, earlier))
+    assert read[10]["executors"]["scan"] == earlier[10]["executors"]["scan"]
+    now = {10: {"direct": {"scan": run(fleet, "scan", 99.0, 9.0)}}, 40: runs_at(fleet, (40,))[40]}
+    merged = fleet.merge(now, read)
+    assert merged[10]["direct"]["scan"].wall_s == 99.0  # measured now
+    assert merged[10]["executors"]["scan"] == earlier[10]["executors"]["scan"]
+    assert sorted(merged) == [10, 40]
