@@ -1,15 +1,16 @@
 """`gpuboot matrix import`: what a running fleet carries, as site stacks gpuboot can pin.
 
 Each node's packages are read as `gpuboot plan` reads them (gpuboot.plan.read_hosts: one
-round trip, nothing changed). Each component is recognised by the package names some
-shipped stack pins for it on the node's OS family, all of them installed, and takes the
-versions the node has. Nodes carrying the same combination share one stack, named after
-the inventory group they make up exactly when there is one. A node whose software no
-stack can pin is refused, naming the component and why: a driver installed outside
-packages, a component installed in part, one package of a component at another version
-than the rest, a required component missing, a managed kernel that was not found. Each
-stack written passes `gpuboot matrix check` (else it is not written: the violations are
-reported), so pinning a group to it changes nothing on its nodes.
+round trip, nothing changed; a hall's nodes by their domain's executor). A node whose
+executor was lost is not read and marked unknown. Each component is recognised by the
+package names some shipped stack pins for it on the node's OS family, all of them
+installed, and takes the versions the node has. Nodes carrying the same combination share
+one stack, named after the inventory group they make up exactly when there is one. A node
+whose software no stack can pin is refused, naming the component and why: a driver
+installed outside packages, a component installed in part, one package of a component at
+another version than the rest, a required component missing, a managed kernel that was not
+found. Each stack written passes `gpuboot matrix check` (else it is not written: the
+violations are reported), so pinning a group to it changes nothing on its nodes.
 """
 
 from __future__ import annotations
@@ -246,7 +247,9 @@ def import_stacks(
     for read in sorted(reads, key=lambda r: host_key(r["host"])):
         host = read["host"]
         if "error" in read:
-            unread.append({"host": host, "error": read["error"]})
+            unread.append(
+                {k: read[k] for k in ("host", "executor", "error", "unknown") if k in read}
+            )
             continue
         hostvars = inv.views[host].vars
         try:

@@ -4,7 +4,7 @@ and the site stacks a running fleet's packages make."""
 from __future__ import annotations
 
 from gpuboot.cli import options
-from gpuboot.cli.outcome import Outcome
+from gpuboot.cli.outcome import EXIT_UNKNOWN, Outcome
 from gpuboot.errors import EXIT_BAD_INPUT, EXIT_NODE_FAILED, EXIT_OK, BadInput
 
 
@@ -53,7 +53,8 @@ def run(args) -> Outcome:
 
 def _import(args) -> Outcome:
     """Exit 0: every selected node's software is in a written stack; 1: a node was refused,
-    not read, or its stack failed matrix check (the others are written); 2: bad input."""
+    not read, or its stack failed matrix check (the others are written); 2: bad input; 8:
+    none of these but a node's executor was lost (not read, unknown, not the node's fault)."""
     from gpuboot import matrix_import
 
     if not args.inventory or not args.out:
@@ -62,5 +63,7 @@ def _import(args) -> Outcome:
             hint="gpuboot matrix import -i inventory/site.yml --out stacks/site",
         )
     doc = matrix_import.import_stacks(args.inventory, args.out, limit=args.limit)
-    failed = doc["refused"] or doc["unread"] or doc["not_checked"]
-    return Outcome(EXIT_NODE_FAILED if failed else EXIT_OK, doc, matrix_import.render(doc))
+    unread = [u for u in doc["unread"] if not u.get("unknown")]
+    failed = doc["refused"] or unread or doc["not_checked"]
+    code = EXIT_UNKNOWN if doc["unread"] and not failed else EXIT_OK
+    return Outcome(EXIT_NODE_FAILED if failed else code, doc, matrix_import.render(doc))

@@ -202,3 +202,17 @@ def test_installs_drain_read_of_a_hall_host_goes_through_its_executor(fleet):
     inv = load_inventory(str(fleet["routed"]))
     assert install.stack_changes(inv, ["n1"]) == ["n1"]  # nvidia-utils-550 changes
     assert fleet["connected"] == []
+
+
+def test_matrix_import_of_a_host_whose_executor_was_lost_is_unknown(fleet, tmp_path, capsys):
+    mute = tmp_path / "mute"
+    mute.write_bytes(b"")
+    fleet["executor"] = python_channel("ex-a", REPLAY, str(mute), "255")
+    out = tmp_path / "stacks"
+    argv = ["matrix", "import", "-i", str(fleet["routed"]), "--out", str(out), "--json"]
+    code = cli.main([*argv, "--limit", "n1"])
+    doc = json.loads(capsys.readouterr().out)
+    (unread,) = doc["unread"]
+    assert unread["unknown"] is True and unread["executor"] == "ex-a", unread
+    assert code == 8 and not doc["stacks"]
+    assert fleet["connected"] == []

@@ -119,3 +119,31 @@ def test_a_lost_executor_holds_the_step_never_fails_it(hall, tmp_path, monkeypat
     assert result == ladder.HELD, detail
     assert detail.startswith("outcome unknown: executor ex-a: shard lost"), detail
     assert f"gpuboot remediate -i {hall['inv'].path} --limit node1" in detail
+
+
+def test_an_install_step_its_executor_did_not_finish_is_held(hall, tmp_path, monkeypatch):
+    from gpuboot import install
+    from gpuboot.runner import HostResult
+
+    lost = HostResult(host="node1", unknown=True, reason="executor ex-a: shard lost: cut")
+    result = type("R", (), {"hosts": {"node1": lost}})()
+    monkeypatch.setattr(install, "install", lambda *_a, **_k: result)
+
+    def no_certify(*_a, **_k):
+        raise AssertionError("a held step is not judged")
+
+    monkeypatch.setattr(certify, "certify", no_certify)
+    steps = Steps(
+        hall["inv"],
+        "node1",
+        "node1",
+        ladder.Fault("drift", ("STK-001",), drifted=True),
+        cluster_=None,
+        history=tmp_path / "history.jsonl",
+        certify_timeout_s=1,
+        progress=lambda _m: None,
+    )
+    assert steps(ladder.REINSTALL) == (
+        ladder.HELD,
+        "outcome unknown: executor ex-a: shard lost: cut",
+    )
