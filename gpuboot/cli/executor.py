@@ -104,7 +104,11 @@ def run(args) -> Outcome:
     for name in names:
         host = result.hosts.get(name)
         status = host.status if host else "unreachable"
-        entry: dict[str, Any] = {"status": status, "venv": inv.executors[name].venv}
+        entry: dict[str, Any] = {
+            "status": status,
+            "venv": inv.executors[name].venv,
+            "changes": list(host.changes) if host else [],
+        }
         if host and host.reason:
             entry["reason"] = host.reason
         if status in ("ok", "changed"):
