@@ -39,9 +39,9 @@ from gpuboot.executor.collect_fleet import (
     collect_shards,
     in_background,
     plan_shards,
-    refuse_pairs,
 )
 from gpuboot.executor.collect_job import ExecutorLost
+from gpuboot.executor.pair_job import pair_shards
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.node_collect import (
     HostUnreachable,
@@ -126,8 +126,8 @@ def collect_nodes(
     """Every node's evidence (``targets``: name -> (transport host, variables)), one round
     trip per node in parallel, and at once the hosts of each executor's ``shards`` as one
     job per executor (journaled under ``run_dir``); then the pair probes among the nodes
-    the controller reached. A node's exception is kept as its outcome; KeyboardInterrupt
-    ends the run."""
+    the controller reached, and among each domain's nodes on its executor. A node's
+    exception is kept as its outcome; KeyboardInterrupt ends the run."""
     steps = phases(progress)
     shards = shards or {}
 
@@ -156,14 +156,17 @@ def collect_nodes(
     remote = in_background(functools.partial(through, shards, level, run_dir))
     store: dict[str, Outcome] = dict(zip(names, _parallel(attempt, names), strict=True))
     store |= remote()
-    # pairs among the controller's nodes only: never across halls (collect_fleet refuses
-    # executor-routed hosts that would pair)
+    # pairs never cross halls: the controller's nodes pair among themselves from here,
+    # each domain's among themselves on its executor, all at once
     ok = {n: store[n].entry() for n in names if isinstance(store[n], NodeEvidence)}
-    steps.phase(f"pair probes among {len(ok)} node(s)")
+    collected = sum(isinstance(o, NodeEvidence) for o in store.values())
+    steps.phase(f"pair probes among {collected} node(s)")
+    through = in_background(functools.partial(pair_shards, shards, store, run_dir))
     deadlines = {
         n: host_deadline(targets[n][1], "gpuboot_pair_timeout", PAIR_DEADLINE_S) for n in ok
     }
     run_pair_probes(ok, _pair_runner({n: targets[n][0] for n in ok}, deadlines), deadlines)
+    store |= through()  # a domain whose round was lost: its nodes not judged
     return store
 
 
@@ -310,7 +313,6 @@ def run(
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     for name in hosts:
         check_deadlines(name, inv.resolved(name), str(inv.path))
-    refuse_pairs(inv, hosts, probes, verb)
     direct, shards = plan_shards(inv, hosts)  # executors asked their versions, no host yet
     ran_by = {h: name for name, shard in shards.items() for h in shard.hosts}
     if transport is None:

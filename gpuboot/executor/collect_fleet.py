@@ -3,9 +3,8 @@ refused before any host is touched where it cannot be done, and every shard run 
 
 A host with a ``gpuboot_domain`` is collected by an executor serving its domain (the
 first that answered the pre-flight, gpuboot.executor.route); a domain none of whose
-executors answered has its hosts not judged, never collected from the controller. Pair
-probes do not run through executors yet: a run whose executor-routed hosts would pair is
-refused (exit 2) naming the hosts and the way out.
+executors answered has its hosts not judged, never collected from the controller. The
+pair probes among a domain's nodes run on its executor too (gpuboot.executor.pair_job).
 """
 
 from __future__ import annotations
@@ -17,12 +16,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuboot.errors import BadInput
 from gpuboot.executor import route, shards
 from gpuboot.executor.collect_job import ExecutorLost, Outcome, collect_on
 from gpuboot.executor.stream import Executor
 from gpuboot.inventory.executors import domain_of
-from gpuboot.probes import resolve_level
 
 if TYPE_CHECKING:
     from gpuboot.inventory import Inventory
@@ -44,33 +41,6 @@ def _connection(hostvars: Mapping[str, Any]) -> dict[str, Any]:
     """What the executor's play needs to reach the node: Ansible's connection variables
     (address, user, port, key, ssh arguments, become), nothing of the stack."""
     return {k: v for k, v in hostvars.items() if k.startswith("ansible_")}
-
-
-def refuse_pairs(
-    inv: Inventory, hosts: list[str], level: str | None, verb: str = "certify"
-) -> None:
-    """BadInput when two hosts of one domain would run pair probes (every level but none):
-    pairs do not run through executors yet, and never from the controller across halls."""
-    pairing: dict[str, list[str]] = {}
-    for host in hosts:
-        hostvars = inv.resolved(host)
-        domain = domain_of(inv.hosts[host])
-        if domain is None or "gpuboot_profile" not in hostvars:
-            continue
-        if resolve_level(hostvars, level) != "none":
-            pairing.setdefault(domain, []).append(host)
-    for domain, names in pairing.items():
-        if len(names) < 2:
-            continue
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        raise BadInput(
-            f"pair probes do not run through executors yet: {len(names)} hosts of domain "
-            f"{domain} would pair ({shown})",
-            where=f"{inv.path}: gpuboot_probes (or --probes)",
-            hint=f"run `gpuboot {verb} -i {inv.path} --probes none` (each node's own checks "
-            "run through its executor; pair bandwidth is not measured), or from a controller "
-            f"inside domain {domain} with an inventory without gpuboot_domain",
-        )
 
 
 def plan_shards(inv: Inventory, hosts: list[str]) -> tuple[list[str], dict[str, Shard]]:

@@ -1,8 +1,8 @@
 """certify's engine with executors: a host with a gpuboot_domain is collected by its
 domain's executor (a local supervisor here, its play on ansible_connection: local), the
 others from the controller; each node says who collected it; a lost executor leaves its
-hosts not judged (UNKNOWN: never certified, never taken out, exit 8); hosts that would
-pair through an executor are refused before any host is touched (exit 2)."""
+hosts not judged (UNKNOWN: never certified, never taken out, exit 8); hosts of one
+domain are paired by its executor."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from gpuboot.bundle.names import META
 from gpuboot.certify import evaluate_bundle
 from gpuboot.checks import rules
 from gpuboot.cli.outcome import EXIT_UNKNOWN
-from gpuboot.errors import EXIT_BAD_INPUT, BadInput
-from gpuboot.executor import collect_fleet, route
+from gpuboot.executor import collect_fleet, pair_job, route
 from gpuboot.executor.stream import Executor
 from tests.unit.executor.conftest import HALF_OPEN, REPLAY, python_channel, stream
 from tests.unit.test_engine import PINS, Failing, Local
@@ -143,17 +142,39 @@ def test_ctrl_c_never_waits_for_an_executor(inv, monkeypatch):
     assert time.monotonic() - started < 10  # the shard's heartbeat is 20 s
 
 
-def test_hosts_that_would_pair_through_an_executor_are_refused_before_any_host(inv, monkeypatch):
-    monkeypatch.setattr(route, "preflight", lambda *_a: pytest.fail("no executor is asked"))
-    with pytest.raises(BadInput) as refused:
-        engine.run(str(inv), probes="quick")
-    assert refused.value.exit_code == EXIT_BAD_INPUT
-    assert "pair probes do not run through executors yet: 2 hosts of domain hall-a" in str(
-        refused.value
-    )
-    assert f"gpuboot certify -i {inv} --probes none" in refused.value.hint
-    assert not (inv.parent / "runs").exists() or not any((inv.parent / "runs").iterdir())
-    # one host of the domain pairs with nobody: it runs
-    monkeypatch.setattr(route, "preflight", lambda _inv, names: dict.fromkeys(names, "down"))
-    report = engine.run(str(inv), probes="quick", limit="a1")
-    assert by_host(report)["a1"].verdict == engine.UNKNOWN
+def _on_this_machine(inv: Path) -> None:
+    """a1 and a2 at this machine's address: their TCP pair tool reaches its server."""
+    text = inv.read_text()
+    inv.write_text(text.replace("10.1.0.1", "127.0.0.1").replace("10.1.0.2", "127.0.0.1"))
+
+
+def test_hosts_of_one_domain_pair_on_their_executor(inv, monkeypatch):
+    """a1 and a2 (hall-a) are paired by ex1, the real TCP tool run on this machine; c1,
+    alone on the controller, has no partner: pairs never cross halls."""
+    _on_this_machine(inv)
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: _supervisor(inv.parent))
+    report = engine.run(str(inv), probes="quick")
+    meta = {h: json.loads((report.bundle / h / META).read_text()) for h in ("a1", "a2", "c1")}
+    (run,) = meta["a1"]["pairs"]["tcp_bw"]["a1"]["runs"]
+    assert (run["server"], run["client"]) == ("a1", "a2") and run["value"] > 0, run
+    assert meta["a2"]["pairs"]["tcp_bw"]["a2"]["runs"] == [run]
+    assert (report.bundle / "a1" / "tcp_bw_a2.txt").is_file()  # the server's own output
+    assert meta["c1"]["pairs"]["tcp_bw"]["c1"]["status"] == "none"
+    shards = sorted(p.name for p in (report.run_dir / "shards").iterdir())
+    assert shards == ["ex1-1", "ex1-2"]  # the collection, then the pair's one round
+
+
+def test_an_executor_lost_during_the_pair_probes_leaves_its_domain_not_judged(inv, monkeypatch):
+    """a1 and a2 were collected, then their pair round's stream was cut: both UNKNOWN
+    (exit 8), never judged on the pair phase they did not finish; c1 is judged."""
+    _on_this_machine(inv)
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: _supervisor(inv.parent))
+    real = pair_job.rounds_on
+    monkeypatch.setattr(pair_job, "rounds_on", lambda _ex, *a: real(_cut(inv.parent), *a))
+    report = engine.run(str(inv), probes="quick")
+    nodes = by_host(report)
+    for host in ("a1", "a2"):
+        assert nodes[host].verdict == engine.UNKNOWN and nodes[host].executor == "ex1"
+        assert {f.status for f in nodes[host].findings} == {rules.ERROR}
+        assert "executor ex1 lost during the pair probes" in nodes[host].findings[0].reason
+    assert nodes["c1"].verdict != engine.UNKNOWN
