@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuboot.errors import GpubootError
+from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.remediate import cluster, plays, record
 from gpuboot.remediate import ladder as LD
@@ -155,6 +155,8 @@ class Steps:
             }[step]()
         except Held as exc:
             return LD.HELD, str(exc)
+        except BadInput as exc:  # refused before the node was touched (a skewed executor)
+            return LD.HELD, f"not done: {exc}"
         except GpubootError as exc:
             return LD.FAILED, f"{step} broke: {exc}"
         if done:

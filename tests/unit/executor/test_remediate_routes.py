@@ -84,6 +84,13 @@ def hall(tmp_path, monkeypatch):
     return state
 
 
+def _steps(hall, tmp_path: Path, fault: ladder.Fault) -> Steps:
+    """node1's ladder steps outside a cluster."""
+    history = tmp_path / "history.jsonl"
+    return Steps(hall["inv"], "node1", "node1", fault, cluster_=None, history=history,
+                 certify_timeout_s=1, progress=lambda _m: None)  # fmt: skip
+
+
 def test_a_hall_hosts_gpu_reset_runs_on_its_executor_under_the_lease(hall):
     played = plays.reset_gpus(hall["inv"], "node1", (GPU,))
     assert played.executor == "ex-a"
@@ -105,16 +112,7 @@ def test_a_lost_executor_holds_the_step_never_fails_it(hall, tmp_path, monkeypat
         raise AssertionError("a held step is not judged")
 
     monkeypatch.setattr(certify, "certify", no_certify)
-    steps = Steps(
-        hall["inv"],
-        "node1",
-        "node1",
-        ladder.Fault("xid-79", ("XID-001",), gpus=(GPU,)),
-        cluster_=None,
-        history=tmp_path / "history.jsonl",
-        certify_timeout_s=1,
-        progress=lambda _m: None,
-    )
+    steps = _steps(hall, tmp_path, ladder.Fault("xid-79", ("XID-001",), gpus=(GPU,)))
     result, detail = steps(ladder.RESET)
     assert result == ladder.HELD, detail
     assert detail.startswith("outcome unknown: executor ex-a: shard lost"), detail
@@ -133,17 +131,21 @@ def test_an_install_step_its_executor_did_not_finish_is_held(hall, tmp_path, mon
         raise AssertionError("a held step is not judged")
 
     monkeypatch.setattr(certify, "certify", no_certify)
-    steps = Steps(
-        hall["inv"],
-        "node1",
-        "node1",
-        ladder.Fault("drift", ("STK-001",), drifted=True),
-        cluster_=None,
-        history=tmp_path / "history.jsonl",
-        certify_timeout_s=1,
-        progress=lambda _m: None,
-    )
+    steps = _steps(hall, tmp_path, ladder.Fault("drift", ("STK-001",), drifted=True))
     assert steps(ladder.REINSTALL) == (
         ladder.HELD,
         "outcome unknown: executor ex-a: shard lost: cut",
     )
+
+
+def test_a_step_refused_as_bad_input_is_held_never_failed(hall, tmp_path, monkeypatch):
+    from gpuboot.errors import BadInput
+
+    def skewed(_inv, _names):
+        raise BadInput("executor ex-a runs ansible-core 2.18.0, the controller 2.19.0")
+
+    monkeypatch.setattr(route, "preflight", skewed)
+    steps = _steps(hall, tmp_path, ladder.Fault("xid-79", ("XID-001",), gpus=(GPU,)))
+    result, detail = steps(ladder.RESET)
+    assert result == ladder.HELD and "ansible-core 2.18.0" in detail, detail
+    assert not hall["log"].exists()  # no nvidia-smi ran
