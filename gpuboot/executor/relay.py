@@ -56,7 +56,9 @@ def _keep(answers: dict[str, dict[str, Any]], event: dict[str, Any]) -> None:
         answers[str(data["host"])] = event
 
 
-def _answer(name: str, event: dict[str, Any] | None, cmd: Command, executor: str) -> Any:
+def _answer(
+    name: str, event: dict[str, Any] | None, cmd: Command, executor: str
+) -> Answer | GpubootError:
     """The host's Answer, or the error a direct run would raise for it."""
     if event is None:
         return HostUnreachable(f"executor {executor} returned no answer for the host", where=name)
