@@ -160,14 +160,27 @@ class InstallResult:
         }
 
 
-def stack_changes(inv: Inventory, hosts: list[str]) -> list[str]:
-    """Hosts whose packages `gpuboot plan` says will change (or cannot tell): the ones a
-    cluster must let go before install touches them. One round trip per host, planned
-    from the inventory install already loaded."""
+def read_stack_changes(inv: Inventory, hosts: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Hosts whose packages `gpuboot plan` says will change (or that it could not read on
+    their own account): the ones a cluster must let go before install touches them; and,
+    apart, the hosts whose executor was lost before their read (host -> reason): unknown,
+    so neither drained nor installed. One round trip per host, planned from the inventory
+    install already loaded."""
     from gpuboot.plan import plan_hosts
 
     nodes = plan_hosts(inv, hosts)["nodes"]
-    return [str(n["host"]) for n in nodes if n.get("error") or n.get("changes")]
+    unknown = {str(n["host"]): str(n.get("error")) for n in nodes if n.get("unknown")}
+    changing = [
+        str(n["host"])
+        for n in nodes
+        if str(n["host"]) not in unknown and (n.get("error") or n.get("changes"))
+    ]
+    return changing, unknown
+
+
+def stack_changes(inv: Inventory, hosts: list[str]) -> list[str]:
+    """The hosts a cluster must let go before install touches them (read_stack_changes)."""
+    return read_stack_changes(inv, hosts)[0]
 
 
 def _drain_batch(
@@ -176,7 +189,15 @@ def _drain_batch(
     """Drain the batch's changing cluster members; the hosts still to install."""
     from gpuboot.k8s.drain import drain as drain_nodes
 
-    changing = stack_changes(inv, batch)
+    changing, unknown = read_stack_changes(inv, batch)
+    for host, reason in unknown.items():  # unknown never counts as bad: not failed, not drained
+        result.hosts[host] = HostResult(
+            host=host,
+            unknown=True,
+            reason=f"{reason}; once it is back: {resume_command(inv.path, result.run_id)}",
+        )
+        result.rollout.unknown.append(host)
+    batch = [h for h in batch if h not in unknown]
     if not changing:
         return batch
     drained = drain_nodes(

@@ -267,7 +267,7 @@ def test_install_leaves_a_held_node_pending_and_says_how_to_go_on(
 
     apiserver.add(node("gpu-a01"))
     apiserver.add(node("gpu-a02"))
-    monkeypatch.setattr(install, "stack_changes", lambda _inv, batch: list(batch))
+    monkeypatch.setattr(install, "read_stack_changes", lambda _inv, batch: (list(batch), {}))
     inv = SimpleNamespace(path=tmp_path / "hosts.yml", k8s_node_names=dict)
     hosts = ["gpu-a01", "gpu-a02"]
     state = RolloutState(inventory=str(inv.path), hosts=hosts, batch_size=2, budget=None)
@@ -284,4 +284,36 @@ def test_install_leaves_a_held_node_pending_and_says_how_to_go_on(
     assert held.reason == (
         "gpu-a02: held back: 1 of 2 nodes unavailable, --max-unavailable 1; re-run when nodes "
         f"are back: gpuboot install -i {inv.path} --resume run-1"
+    )
+
+
+def test_install_neither_drains_nor_installs_a_host_whose_executor_was_lost_at_its_read(
+    apiserver: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    # its install would run on the same lost executor: draining it takes it out for nothing
+    from gpuboot import install
+    from gpuboot.rollout import RolloutState
+    from gpuboot.runner import HostResult
+
+    apiserver.add(node("gpu-a01"))
+    apiserver.add(node("gpu-b01"))
+    lost = {"gpu-b01": "not read: executor ex-b lost: stream cut"}
+    monkeypatch.setattr(install, "read_stack_changes", lambda _inv, batch: (["gpu-a01"], lost))
+    inv = SimpleNamespace(path=tmp_path / "hosts.yml", k8s_node_names=dict)
+    hosts = ["gpu-a01", "gpu-b01"]
+    state = RolloutState(inventory=str(inv.path), hosts=hosts, batch_size=2, budget=None)
+    result = install.InstallResult(
+        "run-1", tmp_path, 0.0, {h: HostResult(host=h, pending=True) for h in hosts}, state
+    )
+
+    batch = install._drain_batch(inv, hosts, install.Drain(kubeconfig), result)
+
+    assert batch == ["gpu-a01"]
+    assert not apiserver.nodes["gpu-b01"]["spec"].get("unschedulable")
+    assert apiserver.nodes["gpu-a01"]["spec"].get("unschedulable")
+    unknown = result.hosts["gpu-b01"]
+    assert unknown.status == "unknown" and state.unknown == ["gpu-b01"]
+    assert unknown.reason == (
+        "not read: executor ex-b lost: stream cut; once it is back: "
+        f"gpuboot install -i {inv.path} --resume run-1"
     )
