@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuboot import breaker, scan
+from gpuboot.cli.outcome import EXIT_UNKNOWN
 from gpuboot.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_BROKE
 
 EXIT_INTERRUPTED = 130  # gpuboot.cli.boundary: Ctrl-C or SIGTERM
@@ -37,6 +38,11 @@ SCAN_EXITS: dict[int, Decision] = {
     scan.EXIT_STILL_FAILING: Decision(True, "still failing as at the last scan"),
     breaker.EXIT_BREAKER_OPEN: Decision(
         True, "a breaker is open: gpuboot holds back on purpose until a human resets it"
+    ),
+    EXIT_UNKNOWN: Decision(
+        True,
+        "nothing new, but a node not judged: its executor was lost (the next scan retries; "
+        "metrics carry it as verdict UNKNOWN)",
     ),
     EXIT_INTERRUPTED: Decision(
         True,

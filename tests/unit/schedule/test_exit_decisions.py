@@ -47,7 +47,7 @@ def test_every_exit_constant_a_scan_can_return_is_decided():
 
 
 def test_a_verdict_leaves_the_unit_succeeded_and_a_broken_run_fails_it():
-    assert reported_codes() == [1, 4, 5, 6, 130]
+    assert reported_codes() == [1, 4, 5, 6, 8, 130]
     assert failing_codes() == [errors.EXIT_BAD_INPUT, errors.EXIT_RUN_BROKE]
     assert 0 not in reported_codes() + failing_codes()  # 0 succeeds without saying so
 
