@@ -81,6 +81,9 @@ def start_script(token: str, command: str) -> str:
             'mkdir -m 700 "$d" || exit 97',
             f"printf '%s' '{_b64(_tool(command))}' | base64 -d >\"$d/run\" || exit 97",
             "command -v setsid >/dev/null || exit 98",
+            # ssh's tty hangs up when this script ends, maybe before the tool's own
+            # session exists: the hangup is ignored from the fork on
+            "trap '' HUP",
             'd="$d" setsid sh "$d/run" </dev/null >/dev/null 2>&1 &',
         ]
     )

@@ -13,8 +13,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import pty
+import shutil
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -234,3 +238,29 @@ def test_a_node_alone_in_its_domain_has_no_partner_and_runs_no_job(tmp_path):
         pair_job.pair_shards({"ex1": Shard(never, {"n1": members})}, {"n1": found}, tmp_path) == {}
     )
     assert found.meta["pairs"]["tcp_bw"]["n1"]["status"] == "none"  # as a direct run says
+
+
+@pytest.mark.subprocess
+def test_a_servers_tool_outlives_the_tty_session_that_started_it(tmp_path):
+    """raw runs over ssh with a tty, which hangs up when the start script ends: the tool
+    started in the background keeps running and leaves its answer."""
+    token = uuid.uuid4().hex
+    where = Path(pair_job.SERVER_DIR.format(token=token))
+    pid, master = pty.fork()
+    if pid == 0:  # the session leader of the tty, as ssh's shell is
+        os.execvp("sh", ["sh", "-c", pair_job.start_script(token, "sleep 1; echo served")])
+    try:
+        while os.read(master, 1024):
+            pass
+    except OSError:  # the tty hung up: its session ended
+        pass
+    assert os.waitpid(pid, 0)[1] == 0
+    try:
+        ends = time.monotonic() + 30
+        while not (where / "rc").exists() and time.monotonic() < ends:
+            time.sleep(0.1)
+        assert (where / "out").read_text() == "served\n"
+        assert (where / "rc").read_text() == "0\n"
+    finally:
+        os.close(master)
+        shutil.rmtree(where, ignore_errors=True)
