@@ -97,7 +97,10 @@ def _transmit(job: ShardJob, pipe: Any) -> None:
             pipe.close()
 
 
-def _end_channel(proc: subprocess.Popen, grace_s: float) -> None:
+def _end_channel(proc: subprocess.Popen, grace_s: float, closed_cleanly: bool = False) -> None:
+    if closed_cleanly:  # ssh is exiting on its own: ended now, its 0 would read as 255 (lost)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -181,10 +184,13 @@ def _run_channel(
         first_byte_s=job.first_byte_s,
         offset=journal.replay.offset,
     )
+    cut: str | None = None
+    closed_cleanly = False
     try:
         cut = _consume(reader, journal, artifacts_dir(shard_dir), on_event)
+        closed_cleanly = cut is None
     finally:
-        _end_channel(proc, job.grace_s)
+        _end_channel(proc, job.grace_s, closed_cleanly)
         proc.stdout.close()
         journal.close()
     if sender is not None:

@@ -240,6 +240,29 @@ def test_ssh_exit_255_after_a_whole_stream_is_lost(bare_streams, tmp_path):
     assert set(out.hosts.values()) == {"unknown"}
 
 
+# ssh after a whole stream: its stdout closes first, then it takes a moment to exit 0 (the
+# remote side's exit status, the connection's teardown); ended by a signal, ssh exits 255
+SLOW_EXIT = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: os._exit(255))
+sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())
+sys.stdout.flush()
+os.close(1)
+time.sleep(0.5)
+"""
+
+
+def test_a_whole_stream_whose_channel_exits_a_moment_after_its_end_is_complete(
+    bare_streams, tmp_path
+):
+    # ended at once, ssh's 0 would read as a signal or 255: a complete shard judged lost
+    recorded = tmp_path / "stream"
+    recorded.write_bytes(bare_streams["ok"])
+    channel = python_channel("slow-exit", SLOW_EXIT, str(recorded))
+    out = run_shard(_job(tmp_path, "ok.yml", final_task=None), channel, tmp_path / "s")
+    assert out.state == "complete", out.reason
+
+
 # D5 -------------------------------------------------------------------------------------
 
 
