@@ -352,7 +352,14 @@ def _json(t: Timing) -> dict[str, Any]:
 
 def _why(t: Timing) -> str:
     doc = _json(t)
-    said = doc.get("error") or doc.get("message") or (t.err.strip().splitlines() or [""])[-1]
+    hosts = doc.get("hosts") or {}
+    unknown = [h.get("reason") for h in hosts.values() if h.get("status") == "unknown"]
+    said = (
+        doc.get("error")
+        or doc.get("message")
+        or (f"{len(unknown)} hosts unknown: {unknown[0]}" if unknown else "")
+        or (t.err.strip().splitlines() or [""])[-1]
+    )
     return str(said)[:300]
 
 
