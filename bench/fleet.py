@@ -17,7 +17,8 @@ then the targets, and a projection to 1,024 and 10,000 nodes from the per-node c
 A hall node is out of the controller's reach, so the executor lab's ping goes through
 the hall's executor (ssh ProxyCommand): the same nodes, one extra hop.
 
-Usage: .venv/bin/python bench/fleet.py [--sizes 10,20,40] [--json]
+Usage: .venv/bin/python bench/fleet.py [--sizes 10,20,40] [--modes direct,executors]
+       [--json] [--out RUN.json] [--add EARLIER.json ...]
 """
 
 from __future__ import annotations
