@@ -384,6 +384,9 @@ def strategy_env(strategy: str) -> dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
+EVENT_RES_MAX = 24 * 1024 * 1024  # characters of one task result in an event
+
+
 def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
     return {
         **strategy_env(strategy),
@@ -401,6 +404,10 @@ def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir / "cp"),
         "ANSIBLE_TIMEOUT": "20",
+        # ansible-runner's callback empties a task result past 700,000 characters: an
+        # executor's collection answer (probe outputs, base64, twice) is larger, and would
+        # arrive as nothing. Kept under the stream's own line cap (gpuboot.executor.wire).
+        "MAX_EVENT_RES": str(EVENT_RES_MAX),
     }
 
 

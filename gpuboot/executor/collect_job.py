@@ -39,6 +39,7 @@ from gpuboot.node_collect import (
 from gpuboot.probes import node_probes, resolve_level
 from gpuboot.profiles import load_profile
 from gpuboot.remote import RemoteTimeout
+from gpuboot.runner import EVENT_RES_MAX
 
 PLAYBOOK = "collect.yml"
 # collect.yml's one task: a host that reached it has answered
@@ -166,6 +167,12 @@ def _outcome(
     if event["event"] == "runner_on_unreachable":
         why = str(res.get("msg") or "unreachable")
         return HostUnreachable(f"unreachable from executor {executor}: {why}", where=name)
+    if event["event"] == "runner_on_ok" and not res:
+        return AnswerCorrupted(
+            f"the answer is missing from its event on executor {executor}: larger than "
+            f"ansible-runner's event limit ({EVENT_RES_MAX} characters)",
+            where=name,
+        )
     if res.get("timedout"):
         return RemoteTimeout(
             f"evidence collection timed out after {planned.deadline:.0f}s on executor "

@@ -192,3 +192,23 @@ def test_a_host_whose_shard_was_lost_is_not_judged(tmp_path):
     stored = collect_job.collect_on(executor, {"n1": (LOCAL, {})}, None, tmp_path / "shard")
     assert isinstance(stored["n1"], ExecutorLost)
     assert "not judged: executor ex1 lost" in str(stored["n1"])
+
+
+@pytest.mark.subprocess
+def test_an_answer_past_ansible_runners_event_limit_arrives_whole(tmp_path):
+    # the callback empties a task result past 700,000 characters: a node with quick probes'
+    # outputs answers more than that, and would arrive as nothing
+    hostvars, bindir = _emulated(tmp_path)
+    (bindir / "dmesg").rename(bindir / "dmesg.emulated")
+    (bindir / "dmesg").write_text(
+        '#!/bin/sh\n"$(dirname "$0")/dmesg.emulated" "$@"; rc=$?\n'
+        "seq -f '[    1.%06g] a kernel that talks a lot' 1 40000\nexit $rc\n"
+    )
+    (bindir / "dmesg").chmod(0o755)
+    direct = collect_node("n1", _Shell(bindir), hostvars)
+    stored = collect_job.collect_on(
+        _local_executor(tmp_path, bindir), {"n1": (LOCAL, hostvars)}, None, tmp_path / "shard"
+    )
+    relayed = stored["n1"]
+    assert isinstance(relayed, NodeEvidence), relayed
+    assert relayed.evidence == direct.evidence
