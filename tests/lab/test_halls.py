@@ -214,9 +214,10 @@ def test_a_skewed_executor_is_refused_before_any_host_and_setup_repairs_it(halls
     assert setup["executors"][executor.executor]["status"] == "changed"
 
 
-def test_a_paused_executor_does_not_hang_the_controller(halls):
+def test_a_paused_executor_does_not_hang_the_controller(halls, tmp_path):
     executor = halls.hall(HALL_B).executor_container_id
-    proc = _start("scan", "-i", str(halls.inventory))
+    # a history of its own: the breaker reads no other run's scans
+    proc = _start("scan", "-i", str(halls.inventory), "--history", str(tmp_path / "h.jsonl"))
     try:
         _when_playing(halls, HALL_B, proc)
         _pause(executor)
@@ -239,12 +240,12 @@ def test_a_paused_executor_does_not_hang_the_controller(halls):
     print(f"the scan ended {waited:.0f} s after the pause")
 
 
-def test_certify_and_scan_through_executors_judge_each_node_as_its_hardware_is(halls):
+def test_certify_and_scan_through_executors_judge_each_node_as_its_hardware_is(halls, tmp_path):
     # One node (hall-b's) falls off the bus; the other hall's stay healthy. One only: the
     # same fault on nodes of one scan is a correlated failure, the breaker's (exit 6).
     labmod.emulator_ctl(halls.name, "node5", "fault", "add", "xid", "79")
     faulty = {"node5"}
-    for verb in (("certify", "--probes", "none"), ("scan",)):
+    for verb in (("certify", "--probes", "none"), ("scan", "--history", str(tmp_path / "h.jsonl"))):
         rc, doc, err = _gpuboot(*verb, "-i", str(halls.inventory))
         assert rc == 1, err
         nodes = {n["host"]: n for n in doc["nodes"]}
