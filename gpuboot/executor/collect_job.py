@@ -153,14 +153,12 @@ def _keep_answer(answers: dict[str, dict[str, Any]], event: dict[str, Any]) -> N
         answers[str(data["host"])] = event
 
 
-def _outcome(
-    name: str,
-    event: dict[str, Any] | None,
-    planned: Planned,
-    hostvars: dict[str, Any],
-    level: str | None,
-    executor: str,
-) -> Outcome:
+def event_failure(
+    name: str, event: dict[str, Any] | None, executor: str, what: str, deadline: float
+) -> GpubootError | None:
+    """The error a direct run would raise for a host whose task event says it did not
+    answer (no event, unreachable, timed out, failed, its answer dropped from the event);
+    None when the event holds an answer to check."""
     if event is None:
         return HostUnreachable(f"executor {executor} returned no answer for the host", where=name)
     res = (event.get("event_data") or {}).get("res") or {}
@@ -175,15 +173,28 @@ def _outcome(
         )
     if res.get("timedout"):
         return RemoteTimeout(
-            f"evidence collection timed out after {planned.deadline:.0f}s on executor "
-            f"{executor} (the node held the session: a tool stuck in the kernel, or no answer)",
+            f"{what} timed out after {deadline:.0f}s on executor {executor} (the node held "
+            "the session: a tool stuck in the kernel, or no answer)",
             where=name,
         )
     if event["event"] != "runner_on_ok":
         why = str(res.get("msg") or "the task failed")
-        return HostUnreachable(
-            f"evidence collection failed on executor {executor}: {why}", where=name
-        )
+        return HostUnreachable(f"{what} failed on executor {executor}: {why}", where=name)
+    return None
+
+
+def _outcome(
+    name: str,
+    event: dict[str, Any] | None,
+    planned: Planned,
+    hostvars: dict[str, Any],
+    level: str | None,
+    executor: str,
+) -> Outcome:
+    failed = event_failure(name, event, executor, "evidence collection", planned.deadline)
+    if failed is not None:
+        return failed
+    res = (event.get("event_data") or {}).get("res") or {}
     try:
         rc, stdout = unwrap(str(res.get("stdout") or ""))
         answer = _Answer(rc, stdout, str(res.get("stderr") or ""))

@@ -25,13 +25,13 @@ from gpuboot.executor.collect_job import (
     PLAYBOOK,
     TASK,
     ExecutorLost,
+    event_failure,
     unwrap,
     wrapped,
 )
 from gpuboot.executor.outcome import UNKNOWN
 from gpuboot.executor.stream import Executor
-from gpuboot.node_collect import HostUnreachable
-from gpuboot.remote import AnswerTooLarge, RemoteTimeout
+from gpuboot.remote import AnswerTooLarge
 
 
 @dataclass(frozen=True)
@@ -60,21 +60,10 @@ def _answer(
     name: str, event: dict[str, Any] | None, cmd: Command, executor: str
 ) -> Answer | GpubootError:
     """The host's Answer, or the error a direct run would raise for it."""
-    if event is None:
-        return HostUnreachable(f"executor {executor} returned no answer for the host", where=name)
+    failed = event_failure(name, event, executor, cmd.what, cmd.deadline)
+    if failed is not None:
+        return failed
     res = (event.get("event_data") or {}).get("res") or {}
-    if event["event"] == "runner_on_unreachable":
-        why = str(res.get("msg") or "unreachable")
-        return HostUnreachable(f"unreachable from executor {executor}: {why}", where=name)
-    if res.get("timedout"):
-        return RemoteTimeout(
-            f"{cmd.what} timed out after {cmd.deadline:.0f}s on executor {executor} (the node "
-            "held the session: a tool stuck in the kernel, or no answer)",
-            where=name,
-        )
-    if event["event"] != "runner_on_ok":
-        why = str(res.get("msg") or "the task failed")
-        return HostUnreachable(f"{cmd.what} failed on executor {executor}: {why}", where=name)
     stdout = str(res.get("stdout") or "")
     try:
         rc, body = unwrap(stdout)
