@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -144,3 +147,25 @@ def python_channel(name: str, script: str, *args: str):
     from gpuboot.executor.stream import Executor
 
     return Executor(name, (sys.executable, "-c", script, *args))
+
+
+class ShellNode:
+    """A direct run's node: this machine's shell with ``bindir`` (the emulator's tools or a
+    shim) first on its PATH."""
+
+    def __init__(self, bindir: Path):
+        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+    def run(self, command: str):
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=self.env)
+        return SimpleNamespace(rc=out.returncode, stdout=out.stdout, stderr=out.stderr)
+
+
+def local_supervisor(tmp_path: Path, bindir: Path | None = None):
+    """A supervisor on this machine (executor "ex1"), its worker's shell finding ``bindir``'s
+    tools first."""
+    from gpuboot.executor.stream import Executor
+
+    path = ("env", f"PATH={bindir}:{os.environ['PATH']}") if bindir else ()
+    supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
+    return Executor("ex1", (*path, *supervisor, "--jobs-dir", str(tmp_path / "jobs")))

@@ -9,11 +9,9 @@ ERROR for its host, never FAIL or PASS; a host whose shard was lost is not judge
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -21,9 +19,14 @@ from gpuboot import engine
 from gpuboot.checks import rules
 from gpuboot.executor import collect_job
 from gpuboot.executor.collect_job import AnswerCorrupted, ExecutorLost, unwrap, wrapped
-from gpuboot.executor.stream import Executor
 from gpuboot.node_collect import NodeEvidence, collect_node
-from tests.unit.executor.conftest import REPLAY, python_channel, stream
+from tests.unit.executor.conftest import (
+    REPLAY,
+    ShellNode,
+    local_supervisor,
+    python_channel,
+    stream,
+)
 from tests.unit.gpuboot_lab._emu import GPUEMU
 
 PROFILE = "hgx-h100-sxm-8gpu"
@@ -141,35 +144,22 @@ def _emulated(tmp_path: Path) -> tuple[dict, Path]:
     return hostvars, bindir
 
 
-class _Shell:
-    """A direct run's node: this machine's shell with the emulator's tools on PATH."""
-
-    def __init__(self, bindir: Path):
-        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-
-    def run(self, command: str):
-        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=self.env)
-        return SimpleNamespace(rc=out.returncode, stdout=out.stdout, stderr=out.stderr)
-
-
-def _local_executor(tmp_path: Path, bindir: Path) -> Executor:
-    """A supervisor on this machine whose worker's shell finds the emulator's tools."""
-    path = f"PATH={bindir}:{os.environ['PATH']}"
-    supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
-    return Executor("ex1", ("env", path, *supervisor, "--jobs-dir", str(tmp_path / "jobs")))
-
-
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+
+def _direct_and_relayed(tmp_path: Path, hostvars: dict, bindir: Path):
+    """The node's collection directly, and through a local supervisor."""
+    direct = collect_node("n1", ShellNode(bindir), hostvars)
+    stored = collect_job.collect_on(
+        local_supervisor(tmp_path, bindir), {"n1": (LOCAL, hostvars)}, None, tmp_path / "shard"
+    )
+    return direct, stored["n1"]
 
 
 @pytest.mark.subprocess
 def test_direct_and_executor_collection_give_identical_verdicts(tmp_path):
     hostvars, bindir = _emulated(tmp_path)
-    direct = collect_node("n1", _Shell(bindir), hostvars)
-    stored = collect_job.collect_on(
-        _local_executor(tmp_path, bindir), {"n1": (LOCAL, hostvars)}, None, tmp_path / "shard"
-    )
-    relayed = stored["n1"]
+    direct, relayed = _direct_and_relayed(tmp_path, hostvars, bindir)
     assert isinstance(relayed, NodeEvidence), relayed
     assert relayed.evidence == direct.evidence
     timing = ("collected_at", "collect_s")  # the executor's measure of its own run
@@ -205,10 +195,6 @@ def test_an_answer_past_ansible_runners_event_limit_arrives_whole(tmp_path):
         "seq -f '[    1.%06g] a kernel that talks a lot' 1 40000\nexit $rc\n"
     )
     (bindir / "dmesg").chmod(0o755)
-    direct = collect_node("n1", _Shell(bindir), hostvars)
-    stored = collect_job.collect_on(
-        _local_executor(tmp_path, bindir), {"n1": (LOCAL, hostvars)}, None, tmp_path / "shard"
-    )
-    relayed = stored["n1"]
+    direct, relayed = _direct_and_relayed(tmp_path, hostvars, bindir)
     assert isinstance(relayed, NodeEvidence), relayed
     assert relayed.evidence == direct.evidence

@@ -15,12 +15,10 @@ import hashlib
 import os
 import pty
 import shutil
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -35,7 +33,13 @@ from gpuboot.executor.stream import Executor
 from gpuboot.node_collect import NodeEvidence, host_deadline
 from gpuboot.probes import pairs
 from gpuboot.profiles import load_profile
-from tests.unit.executor.conftest import REPLAY, python_channel, stream
+from tests.unit.executor.conftest import (
+    REPLAY,
+    ShellNode,
+    local_supervisor,
+    python_channel,
+    stream,
+)
 
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
 HOSTS = ("n1", "n2", "n3")
@@ -127,23 +131,6 @@ def _entries(pair_timeouts: dict[str, int]) -> dict[str, dict]:
     }
 
 
-class _Shell:
-    """A direct run's node: this machine's shell, the shim first on its PATH."""
-
-    def __init__(self, bindir: Path):
-        self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-
-    def run(self, command: str):
-        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=self.env)
-        return SimpleNamespace(rc=out.returncode, stdout=out.stdout, stderr=out.stderr)
-
-
-def _supervisor(tmp_path: Path, bindir: Path | None = None) -> Executor:
-    path = ("env", f"PATH={bindir}:{os.environ['PATH']}") if bindir else ()
-    supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
-    return Executor("ex1", (*path, *supervisor, "--jobs-dir", str(tmp_path / "jobs")))
-
-
 def _deadlines(entries: dict) -> dict[str, float]:
     return {
         h: host_deadline(e["hostvars"], "gpuboot_pair_timeout", pairs.PAIR_DEADLINE_S)
@@ -167,10 +154,10 @@ def test_direct_and_executor_pair_probes_give_identical_verdicts(
     bindir = _bin(tmp_path, hang)
     direct = _entries(timeouts)
     deadlines = _deadlines(direct)
-    runner = engine._pair_runner({h: _Shell(bindir) for h in HOSTS}, deadlines)
+    runner = engine._pair_runner({h: ShellNode(bindir) for h in HOSTS}, deadlines)
     run_pair_probes(direct, runner, deadlines)
     relayed = _entries(timeouts)
-    executor = _supervisor(tmp_path, bindir)
+    executor = local_supervisor(tmp_path, bindir)
     play = pair_job.rounds_on(executor, dict.fromkeys(HOSTS, LOCAL), deadlines, tmp_path / "run")
     run_pair_probes(relayed, deadlines=deadlines, play=play)
     verdicts = {h: e["meta"]["pairs"]["tcp_bw"][h] for h, e in relayed.items()}
@@ -192,7 +179,7 @@ def test_a_round_runs_as_one_job_each_server_started_before_its_client(tmp_path)
     marks = {h: tmp_path / f"listening-{h}" for h in ("n1", "n3")}
     connections = {h: LOCAL for h in ("n1", "n2", "n3", "n4")}
     play = pair_job.rounds_on(
-        _supervisor(tmp_path), connections, dict.fromkeys(connections, 60), tmp_path / "run"
+        local_supervisor(tmp_path), connections, dict.fromkeys(connections, 60), tmp_path / "run"
     )
     sides = play(
         [
