@@ -33,8 +33,9 @@ END_OF_BATCH = {"event": "playbook_on_stats", "event_data": {}}
 class _Merged:
     """The batch's results as they arrive from every source, for progress."""
 
-    def __init__(self, on_event: OnEvent | None):
+    def __init__(self, on_event: OnEvent | None, routes: dict[str, list[str]]):
         self.on_event = on_event
+        self.routes = routes
         self.lock = threading.Lock()
         self.controller: dict[str, HostResult] = {}
         self.folders: dict[str, EventFolder] = {}
@@ -43,8 +44,9 @@ class _Merged:
         found = dict(self.controller)
         for name, folder in self.folders.items():
             for host, result in folder.hosts.items():
-                result.executor = name
-                found[host] = result
+                if host in self.routes.get(name, ()):  # an executor speaks for its own hosts
+                    result.executor = name
+                    found[host] = result
         return found
 
     def _show(self, event: dict[str, Any]) -> None:
@@ -94,7 +96,7 @@ def play_batch(
     ``jobs`` for the executors that answered, ``unanswered`` executor -> why not. When
     executors ran any, the merged results go to ``results_dir/results.json`` with each
     shard's outcome (the controller's play alone keeps gpuboot.runner's)."""
-    merged = _Merged(on_event)
+    merged = _Merged(on_event, routes)
     outcomes: dict[str, ShardOutcome] = {
         name: not_run(routes[name], f"the executor did not answer: {reason}")
         for name, reason in unanswered.items()

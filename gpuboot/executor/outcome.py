@@ -94,9 +94,11 @@ def judge(
         if folder.stats_seen and state == COMPLETE
         else _finished_hosts(replay.events, final_task)
     )
+    # only the shard's own hosts: an executor's events naming any other host (another
+    # hall's, the controller's) say nothing about it
     verdicts = {
         h: folder.hosts[h].status if h in done and h in folder.hosts else UNKNOWN
-        for h in dict.fromkeys((*hosts, *folder.hosts))
+        for h in dict.fromkeys(hosts)
     }
     return ShardOutcome(
         state=state,
@@ -104,7 +106,7 @@ def judge(
         rc=replay.rc,
         reason=reason,
         hosts=verdicts,
-        results=folder.hosts,
+        results={h: r for h, r in folder.hosts.items() if h in verdicts},
         stats_seen=folder.stats_seen,
         offset=replay.offset,
     )

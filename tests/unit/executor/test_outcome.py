@@ -68,3 +68,20 @@ def test_the_journal_keeps_no_environment_and_records_an_event_once(tmp_path):
     again = Journal(journal.path)
     assert again.event(event(1, "runner_on_ok", "h1", "done"), 80) is False
     assert again.replay.offset == 70
+
+
+def test_an_executors_events_for_a_host_outside_its_shard_say_nothing_of_it(tmp_path):
+    # an executor is trusted less than the controller: it must not vouch for another hall's
+    # (or the controller's) host, e.g. mark ok a host that failed elsewhere
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.status({"status": "starting"}, 10)
+    journal.event(event(1, "runner_on_ok", "h1", "done"), 20)
+    journal.event(event(2, "runner_on_ok", "other-hall-node", "done"), 30)
+    journal.event(event(3, "playbook_on_stats", ok={"h1": 1, "other-hall-node": 1}), 40)
+    journal.status({"status": "successful"}, 50)
+    journal.rc(0, 60)
+    journal.eof(70)
+    journal.close()
+    out = judge(Journal(journal.path).replay, ("h1",))
+    assert out.hosts == {"h1": "ok"}
+    assert set(out.results) == {"h1"}
