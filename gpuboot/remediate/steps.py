@@ -31,7 +31,7 @@ from gpuboot.remediate import cluster, plays, record
 from gpuboot.remediate import ladder as LD
 from gpuboot.results import RunReport
 from gpuboot.runner import HostResult
-from gpuboot.verdict import Status
+from gpuboot.verdict import UNKNOWN, Status
 
 CERTIFY_TIMEOUT_S = 600.0  # a node back from a reboot may need minutes to load its driver
 CERTIFY_RETRY_S = 15.0
@@ -217,7 +217,8 @@ class Steps:
 
     def _certify(self) -> tuple[str, str]:
         """A fresh certify of the node: PASS (or WARN) -> passed; FAIL -> failed; ERROR is
-        tried again until the timeout (a node still booting), then unknown."""
+        tried again until the timeout (a node still booting), then unknown; UNKNOWN (the
+        node's executor was lost) is unknown at once: another try would not reach it."""
         from gpuboot import certify
 
         deadline = time.monotonic() + self.certify_timeout_s
@@ -229,6 +230,8 @@ class Steps:
             if node.verdict == Status.FAIL:
                 rules = sorted(node.failing())
                 return LD.FAILED, f"certify after it: FAIL ({', '.join(rules)})"
+            if node.verdict == UNKNOWN:
+                return LD.UNKNOWN, "certify after it could not judge: its executor was lost"
             if time.monotonic() + CERTIFY_RETRY_S > deadline:
                 return (
                     LD.UNKNOWN,

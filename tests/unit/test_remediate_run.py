@@ -155,6 +155,18 @@ def test_a_certify_that_cannot_judge_is_unknown_not_a_climb(steps, tmp_path):
     assert out.exit_code == 3
 
 
+def test_a_certify_whose_executor_was_lost_is_unknown_at_once(steps, tmp_path):
+    # its executor gone, certify cannot judge the node again soon: no retry loop until the
+    # timeout (a second certify would pop a verdict that is not there)
+    steps["verdicts"] = ["UNKNOWN"]
+    out = R.run_ladder(
+        _inventory(tmp_path), report=_report(tmp_path, {"n1": "FAIL"}), certify_timeout_s=3600.0
+    )
+    (step,) = out.nodes[0].climb.steps
+    assert (step.step, step.result) == ("reboot", "unknown")
+    assert "executor" in step.detail and steps["verdicts"] == []
+
+
 @pytest.fixture
 def api(tmp_path):
     server = FakeApiServer().start()
