@@ -71,15 +71,18 @@ def _tool(command: str) -> str:
     )
 
 
-def start_script(token: str, command: str) -> str:
+def start_script(token: str, command: str, keep_s: int) -> str:
     """The server's first task: its tool started in a session of its own (it outlives the
-    task's ssh session), all of its output kept in the server's directory."""
+    task's ssh session), all of its output kept in the server's directory. The directory
+    goes ``keep_s`` seconds after the tool ended, had no answer task taken it (the answer
+    task timed out, or the round was cancelled): nothing is left on the node."""
     where = SERVER_DIR.format(token=token)
+    run = f'{_tool(command)}\nsleep {int(keep_s)}\nrm -rf "$d"'
     return "\n".join(
         [
             f"d={where}",
             'mkdir -m 700 "$d" || exit 97',
-            f"printf '%s' '{_b64(_tool(command))}' | base64 -d >\"$d/run\" || exit 97",
+            f"printf '%s' '{_b64(run)}' | base64 -d >\"$d/run\" || exit 97",
             "command -v setsid >/dev/null || exit 98",
             # ssh's tty hangs up when this script ends, maybe before the tool's own
             # session exists: the hangup is ignored from the fork on
@@ -178,12 +181,15 @@ def rounds_on(
     def play(commands: list[tuple[str, str, str, str]]) -> list[tuple[Side, Side]]:
         hosts: dict[str, dict[str, Any]] = {}
         tokens: dict[str, str] = {}
+        # after a server's tool ended, the round has at most every client's task and its
+        # own answer task left: its directory is kept that long, then goes
+        keep_s = 2 * int(max(deadlines[h] for c in commands for h in c[:2])) + 10
         for server, client, server_cmd, client_cmd in commands:
             tokens[server] = uuid.uuid4().hex
             hosts[server] = {
                 **connections[server],
                 "gpuboot_pair_role": "server",
-                "gpuboot_pair_start_b64": _b64(start_script(tokens[server], server_cmd)),
+                "gpuboot_pair_start_b64": _b64(start_script(tokens[server], server_cmd, keep_s)),
                 "gpuboot_pair_answer_b64": _b64(answer_script(tokens[server])),
                 "gpuboot_pair_timeout_s": max(1, int(deadlines[server])),
             }

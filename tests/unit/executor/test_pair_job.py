@@ -15,6 +15,7 @@ import hashlib
 import os
 import pty
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -235,7 +236,7 @@ def test_a_servers_tool_outlives_the_tty_session_that_started_it(tmp_path):
     where = Path(pair_job.SERVER_DIR.format(token=token))
     pid, master = pty.fork()
     if pid == 0:  # the session leader of the tty, as ssh's shell is
-        os.execvp("sh", ["sh", "-c", pair_job.start_script(token, "sleep 1; echo served")])
+        os.execvp("sh", ["sh", "-c", pair_job.start_script(token, "sleep 1; echo served", 30)])
     try:
         while os.read(master, 1024):
             pass
@@ -250,4 +251,20 @@ def test_a_servers_tool_outlives_the_tty_session_that_started_it(tmp_path):
         assert (where / "rc").read_text() == "0\n"
     finally:
         os.close(master)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.mark.subprocess
+def test_a_servers_directory_goes_when_no_answer_task_takes_it(tmp_path):
+    """The answer task timed out or the round was cancelled: the tool's directory is
+    removed on the node once the round could no longer want it."""
+    token = uuid.uuid4().hex
+    where = Path(pair_job.SERVER_DIR.format(token=token))
+    try:
+        subprocess.run(["sh", "-c", pair_job.start_script(token, "echo served", 1)], check=True)
+        ends = time.monotonic() + 30
+        while where.exists() and time.monotonic() < ends:
+            time.sleep(0.1)
+        assert not where.exists()
+    finally:
         shutil.rmtree(where, ignore_errors=True)
