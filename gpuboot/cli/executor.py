@@ -68,7 +68,7 @@ def _versions(inv, name: str) -> tuple[dict[str, str] | None, str | None]:
     except RunError as exc:
         return None, exc.message
     try:
-        versions.check_skew(name, remote, versions.local_versions())
+        versions.check_skew(name, remote, versions.local_versions(), inv.path)
     except BadInput as exc:
         return remote, exc.message
     return remote, None

@@ -86,7 +86,7 @@ def preflight(inv: Inventory, names: list[str]) -> dict[str, str | None]:
 
     def ask(name: str) -> str | None:
         try:
-            check_executor(executor(inv, name))
+            check_executor(executor(inv, name), inv.path)
         except RunError as exc:
             return exc.message
         return None

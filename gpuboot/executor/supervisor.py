@@ -294,7 +294,10 @@ def _parser() -> argparse.ArgumentParser:
     verbs.add_parser("gc", help="remove dead jobs").add_argument(
         "--keep-seconds", type=float, default=jobs.KEEP_S
     )
-    verbs.add_parser("versions", help="ansible-core, ansible-runner and gpuboot, as JSON")
+    verbs.add_parser(
+        "versions",
+        help="ansible-core, ansible-runner and gpuboot, and gpuboot's source digest, as JSON",
+    )
     return parser
 
 

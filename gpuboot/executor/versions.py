@@ -2,48 +2,103 @@
 
 The controller's transmit, the executor's worker and the play's modules must be the same
 ansible-core, ansible-runner and gpuboot: a skewed executor is refused (bad input, exit 2)
-naming what differs and the command that aligns it.
+naming what differs and the command that aligns it. Every development build of gpuboot is
+the same version, so gpuboot's code is compared by a digest of its shipped files as well:
+an executor on older code at the same version would run other playbooks and roles.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import shlex
 import subprocess
 from importlib import metadata
+from os import PathLike
+from pathlib import Path
 
+import gpuboot
 from gpuboot.errors import BadInput, RunError
 from gpuboot.executor.stream import Executor
 
 PACKAGES = ("ansible-core", "ansible-runner", "gpuboot")
+SOURCE = "gpuboot-source"  # the digest's key beside the versions
 NOT_INSTALLED = "not installed"
+NOT_REPORTED = "none reported"  # by a supervisor older than the digest
+# What gpuboot's wheel carries of its package (pyproject's package-data): every module,
+# these data files anywhere and all of ansible/ (role files without a suffix too), never
+# bytecode. An editable tree and the wheel built from it then hold the same files.
+SHIPPED_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".md", ".j2"})
+SHIPPED_DIRS = frozenset({"ansible"})
+DIGEST_CHARS = 24  # of the sha256's hex: short enough for a table, far past chance equality
+
+
+def shipped(rel: Path) -> bool:
+    """Whether the file at ``rel`` (relative to the package) is in gpuboot's wheel."""
+    if "__pycache__" in rel.parts or rel.suffix == ".pyc":
+        return False
+    return rel.suffix in SHIPPED_SUFFIXES or rel.parts[0] in SHIPPED_DIRS
+
+
+def source_digest(package: Path) -> str:
+    """sha256 over the sorted relative paths and bytes of ``package``'s shipped files."""
+    files = sorted(
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*")
+        if p.is_file() and shipped(p.relative_to(package))
+    )
+    h = hashlib.sha256()
+    for rel in files:
+        h.update(rel.encode() + b"\0" + (package / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+@functools.cache
+def _own_digest() -> str:
+    # Every verb's pre-flight asks it; the code running here does not change meanwhile.
+    return source_digest(Path(gpuboot.__file__).parent)
 
 
 def local_versions() -> dict[str, str]:
+    """The three packages' versions here and the digest of the gpuboot code that runs."""
     found = {}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = NOT_INSTALLED
+    found[SOURCE] = _own_digest()
     return found
 
 
-def check_skew(executor: str, remote: dict[str, str], local: dict[str, str]) -> None:
-    """BadInput naming every package whose version differs on ``executor``."""
+def check_skew(
+    executor: str, remote: dict[str, str], local: dict[str, str], inventory: str | PathLike
+) -> None:
+    """BadInput naming every package whose version differs on ``executor``, or, at the
+    same versions, that its gpuboot code differs (``inventory`` names it for the fix)."""
     differ = [p for p in PACKAGES if remote.get(p) != local.get(p)]
-    if not differ:
-        return
-    said = "; ".join(f"{p} {remote.get(p)} there, {local.get(p)} here" for p in differ)
-    pins = " ".join(f"'{p}=={local[p]}'" for p in PACKAGES if local.get(p) != NOT_INSTALLED)
-    raise BadInput(
-        f"executor {executor} runs other versions than the controller: {said}",
-        where=f"executor {executor}",
-        hint=f"on {executor}, in gpuboot's venv: pip install {pins}",
-    )
+    if differ:
+        said = "; ".join(f"{p} {remote.get(p)} there, {local.get(p)} here" for p in differ)
+        pins = " ".join(f"'{p}=={local[p]}'" for p in PACKAGES if local.get(p) != NOT_INSTALLED)
+        raise BadInput(
+            f"executor {executor} runs other versions than the controller: {said}",
+            where=f"executor {executor}",
+            hint=f"on {executor}, in gpuboot's venv: pip install {pins}",
+        )
+    if remote.get(SOURCE) != local.get(SOURCE):
+        raise BadInput(
+            f"executor {executor} runs other gpuboot code than the controller at the same "
+            f"version {local.get('gpuboot')}: source digest {remote.get(SOURCE)} there, "
+            f"{local.get(SOURCE)} here",
+            where=f"executor {executor}",
+            hint=f"gpuboot executor setup -i {shlex.quote(str(inventory))}",
+        )
 
 
 def remote_versions(argv: list[str], timeout_s: float = 60.0) -> dict[str, str]:
-    """The versions an executor's supervisor reports (``argv`` ends in its ``versions``)."""
+    """The versions and digest an executor's supervisor reports (``argv`` ends in its
+    ``versions``)."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         answer = json.loads(done.stdout) if done.returncode == 0 else None
@@ -55,10 +110,11 @@ def remote_versions(argv: list[str], timeout_s: float = 60.0) -> dict[str, str]:
             f"the executor did not report its versions (exit {done.returncode}): {last}",
             where=" ".join(argv[:-1]),
         )
-    return {p: str(answer.get(p, NOT_INSTALLED)) for p in PACKAGES}
+    found = {p: str(answer.get(p, NOT_INSTALLED)) for p in PACKAGES}
+    return {**found, SOURCE: str(answer.get(SOURCE, NOT_REPORTED))}
 
 
-def check_executor(executor: Executor) -> None:
-    """Refuse ``executor`` (BadInput) unless it runs the controller's versions."""
+def check_executor(executor: Executor, inventory: str | PathLike) -> None:
+    """Refuse ``executor`` (BadInput) unless it runs the controller's versions and code."""
     remote = remote_versions(executor.command("versions"))
-    check_skew(executor.name, remote, local_versions())
+    check_skew(executor.name, remote, local_versions(), inventory)
