@@ -11,13 +11,16 @@ the pinned driver loaded.
 Each play takes the node's lease first (gpuboot.node.lease, the one install takes) and gives
 it back in an always, so a second controller never converges a node remediation is
 resetting or rebooting; a lease another controller holds fails the first task, before
-anything changes, and the step is held, not failed (``refused`` reads it)."""
+anything changes, and the step is held, not failed (``refused`` reads it). On this
+controller, the play holds the host's machine lock (gpuboot.locks, install's and
+certify's) while it runs: an install or certify of the same node here refuses, and a
+step that finds the node held by one is not done (bad input, held)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuboot import paths
+from gpuboot import locks, paths
 from gpuboot.executor import route, shards
 from gpuboot.executor.batch import play_batch
 from gpuboot.inventory import Inventory
@@ -40,6 +43,13 @@ FINAL_TASKS = {
 
 
 def _play(inv: Inventory, host: str, playbook: str, extravars: dict) -> HostResult:
+    """The play, with the host's machine lock held on this controller for its whole run (a
+    lock held by another run here refuses it before its run dir exists)."""
+    with locks.hold_hosts(inv, [host], "remediate"):
+        return _played(inv, host, playbook, extravars)
+
+
+def _played(inv: Inventory, host: str, playbook: str, extravars: dict) -> HostResult:
     """The play on ``host``, from the controller or, for a host with a gpuboot_domain, as a
     shard on its domain's executor (asked its versions first: a skewed one is bad input). A
     host its executor did not finish is unknown (HostResult.unknown), never failed."""

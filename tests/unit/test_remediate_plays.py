@@ -10,7 +10,9 @@ import re
 import pytest
 import yaml
 
-from gpuboot import paths
+from gpuboot import locks, paths
+from gpuboot.errors import BadInput
+from gpuboot.inventory import load_inventory
 from gpuboot.remediate import plays
 
 # the shipped playbooks, as the controller and every executor run them
@@ -68,3 +70,16 @@ def test_the_node_lease_is_taken_first_and_given_back_around_every_change(play):
     inside = _flat(work["block"])
     assert inside and not [t for t in inside if "gpuboot.node.lease" in t]
     assert [t for t in inside if "PATCH" in t["name"]] and "PATCH" not in take["name"]
+
+
+def test_a_node_another_run_here_holds_is_refused_before_its_play(tmp_path, monkeypatch):
+    """An install (or certify) of the node on this controller holds its machine lock: the
+    reboot is refused (bad input: the step is held) and no play starts, no run dir is made."""
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    inv_path = tmp_path / "inv.yml"
+    pins = "gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_stack: lts-550-cuda12.4"
+    inv_path.write_text(f"all:\n  hosts:\n    n1: {{ansible_host: 192.0.2.1, {pins}}}\n")
+    inv = load_inventory(inv_path)
+    monkeypatch.setattr(plays, "_played", lambda *a: pytest.fail("played on a held node"))
+    with locks.hold_hosts(inv, ["n1"], "install"), pytest.raises(BadInput, match="n1"):
+        plays.reboot(inv, "n1", "xid 79")
