@@ -9,16 +9,23 @@ same nodes (its baseline, so load moves both alike):
   install (first converge), install (no-op), certify --probes none, certify --probes quick,
   scan: wall seconds, the ratio to ping, and controller CPU per node (user+sys of the
   gpuboot process and its descendants; the containers' CPU is never counted)
-  through executors: the bytes the shards left under the run's shards/ per host
+  after certify and scan, the judging floor: the run's bundle judged again on the
+  controller alone (`gpuboot evaluate`: start-up, reading, rules; no host touched), its
+  CPU per node, and the verb's CPU net of it (what collecting the evidence costs)
+  through executors: the bytes the shards left under the run's shards/ per host, the
+  journal of events and the rest
 
 then the targets, and a projection to 1,024 and 10,000 nodes from the per-node costs
 (its model and assumptions printed with it).
 
+Mode `mitogen`: a plain lab where install (first converge, no-op) runs with
+`--strategy mitogen` (gpuboot[fast]), set against the direct lab's linear strategy.
+
 A hall node is out of the controller's reach, so the executor lab's ping goes through
 the hall's executor (ssh ProxyCommand): the same nodes, one extra hop.
 
-Usage: .venv/bin/python bench/fleet.py [--sizes 10,20,40] [--modes direct,executors]
-       [--json] [--out RUN.json] [--add EARLIER.json ...]
+Usage: .venv/bin/python bench/fleet.py [--sizes 10,20,40]
+       [--modes direct,executors,mitogen] [--json] [--out RUN.json] [--add EARLIER.json ...]
 """
 
 from __future__ import annotations
@@ -26,9 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,9 +43,11 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
 GPUBOOT = str(PROJECT / ".venv" / "bin" / "gpuboot")
-MODES = ("direct", "executors")
-HALLS = {"direct": 0, "executors": 2}
+MODES = ("direct", "executors", "mitogen")
+PROJECTED = ("direct", "executors")  # the modes the model fits (mitogen: set against direct)
+HALLS = {"direct": 0, "executors": 2, "mitogen": 0}
 VERBS = ("install_first", "install_noop", "certify_none", "certify_quick", "scan")
+MODE_VERBS = {"direct": VERBS, "executors": VERBS, "mitogen": ("install_first", "install_noop")}
 ARGV = {
     "install_first": ["install"],
     "install_noop": ["install"],
@@ -49,20 +55,14 @@ ARGV = {
     "certify_quick": ["certify", "--probes", "quick"],
     "scan": ["scan", "--probes", "none"],
 }
+MODE_ARGV = {"mitogen": ["--strategy", "mitogen"]}  # after a verb's own (install's only)
+JUDGED = ("certify_none", "certify_quick", "scan")  # verbs whose evidence is judged again
 PROJECT_TO = (1024, 10000)
 PROJECT_EXECUTORS = (2, 8, 32)
 # A verb's exit that is a measurement (1: a node failed, 7: partial certificates); any
 # other one (2 bad input, 3 broken run, 8 executor lost) is recorded as not measured.
 MEASURED_EXITS = (0, 1, 7)
-
-
-@dataclass
-class Timing:
-    wall_s: float
-    cpu_s: float  # user+sys of the command and its waited-for descendants
-    exit: int
-    out: str = ""
-    err: str = ""
+JUDGE_EXITS = (0, 1)  # evaluate: every node judged (1: one FAILed)
 
 
 @dataclass
@@ -79,23 +79,25 @@ class Run:
     stream_bytes: int = 0  # all the shards left under the run dir's shards/
     journal_bytes: int = 0  # of it, the shards' journal.jsonl (the events as read)
     note: str = ""  # why it is not a measurement
+    # the judging floor: the run's bundle judged again by `gpuboot evaluate` (None: not
+    # measured, judge_note says why when it was tried)
+    judge_cpu_s: float | None = None
+    judge_note: str = ""
 
     @property
     def measured(self) -> bool:
         return self.exit in MEASURED_EXITS and not self.note
 
+    @property
+    def judged(self) -> bool:
+        """The judging floor was measured (and agrees with the verb's verdicts)."""
+        return self.measured and self.judge_cpu_s is not None and not self.judge_note
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> Timing:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - started
-    return Timing(wall, _cpu_since(before), proc.returncode, proc.stdout, proc.stderr)
-
-
-def _cpu_since(before: resource.struct_rusage) -> float:
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    @property
+    def net_cpu_s(self) -> float | None:
+        """The verb's CPU net of judging: what reaching the nodes and bringing the
+        evidence home cost the controller."""
+        return self.cpu_s - self.judge_cpu_s if self.judged else None
 
 
 # ---- pure parts: what a verb's --json says, the fit, the projection, the report ----
@@ -132,6 +134,23 @@ def shard_bytes(run_dir: Path | None) -> tuple[int, int]:
     files = [p for p in root.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     return total, sum(p.stat().st_size for p in files if p.name == "journal.jsonl")
+
+
+def judge_problem(verb_doc: dict[str, Any], judge_exit: int, judge_doc: dict[str, Any]) -> str:
+    """Why `gpuboot evaluate` of a run's bundle is no floor for that run, or '': it did
+    not judge (an exit other than 0/1), judged other hosts, or could not read evidence
+    the run itself judged (a node ERROR there and not in the run)."""
+    if judge_exit not in JUDGE_EXITS:
+        said = judge_doc.get("error") or judge_doc.get("message") or "no --json document"
+        return f"evaluate exit {judge_exit}: {str(said)[:200]}"
+    verdicts = {n.get("host"): n.get("verdict") for n in verb_doc.get("nodes") or ()}
+    again = {n.get("host"): n.get("verdict") for n in judge_doc.get("nodes") or ()}
+    if set(verdicts) != set(again):
+        return f"evaluate judged {len(again)} hosts, the run {len(verdicts)}"
+    lost = sorted(h for h, v in again.items() if v == "ERROR" and verdicts[h] != "ERROR")
+    if lost:
+        return f"evaluate found {len(lost)} nodes ERROR the run judged ({lost[0]}...)"
+    return ""
 
 
 def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -172,7 +191,7 @@ def fits(runs: dict[int, dict[str, dict[str, Run]]]) -> dict[str, dict[str, Any]
     out: dict[str, dict[str, Any]] = {}
     for verb in VERBS:
         lines: dict[str, Any] = {}
-        for mode in MODES:
+        for mode in PROJECTED:
             measured = [
                 (size, by_mode[mode][verb])
                 for size, by_mode in sorted(runs.items())
@@ -221,13 +240,14 @@ def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
             if not (d and e and d.measured and e.measured):
                 continue
             ratio = e.cpu_s / d.cpu_s if d.cpu_s else float("inf")
-            rows.append(
-                {
-                    "target": f"{size} nodes, {verb}: CPU/node through 2 executors <= 1/3 direct",
-                    "figures": f"{e.cpu_s / size:.3f} / {d.cpu_s / size:.3f} s = {ratio:.2f}",
-                    "met": ratio <= 1 / 3,
-                }
-            )
+            row = {
+                "target": f"{size} nodes, {verb}: CPU/node through 2 executors <= 1/3 direct",
+                "figures": f"{e.cpu_s / size:.3f} / {d.cpu_s / size:.3f} s = {ratio:.2f}",
+                "met": ratio <= 1 / 3,
+            }
+            if floor := judging_floor(d, e, size):
+                row["floor"] = floor
+            rows.append(row)
     largest = max(runs) if runs else 0
     for verb, limit in (("scan", 1.5), ("install_noop", 1.3)):
         r = runs.get(largest, {}).get("direct", {}).get(verb)
@@ -243,6 +263,51 @@ def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
     return rows
 
 
+def judging_floor(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
+    """What the executors cannot take from the controller, as a share of direct's CPU:
+    judging the evidence (one judge, on the controller by design), from the routed run's
+    own re-judging; and the ratio net of judging on both sides (None where either run's
+    floor was not measured, or direct cost no more than its judging)."""
+    if not (direct.judged and routed.judged and direct.cpu_s):
+        return None
+    judge = routed.judge_cpu_s / size
+    share = routed.judge_cpu_s / direct.cpu_s
+    net = routed.net_cpu_s / direct.net_cpu_s if direct.net_cpu_s > 0 else None
+    ratio = routed.cpu_s / direct.cpu_s
+    text = (
+        f"ratio {ratio:.2f} (target 1/3); floor: judging {judge:.3f} s/node = {share:.2f} of "
+        f"direct; net of judging: {max(routed.net_cpu_s, 0) / size:.3f} / "
+        f"{direct.net_cpu_s / size:.3f} s/node = "
+        + (f"{net:.2f}" if net is not None else "n/a (direct cost no more than its judging)")
+    )
+    if share > 1 / 3:
+        text += "; the target lies below this floor"
+    return {
+        "judge_s_per_node": judge,
+        "of_direct": share,
+        "net_ratio": net,
+        "below_floor": share > 1 / 3,
+        "text": text,
+    }
+
+
+def mitogen_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
+    """Install with mitogen's strategy against the direct lab's linear one, per size."""
+    rows = []
+    for size, by_mode in sorted(runs.items()):
+        for verb in ("install_first", "install_noop"):
+            m = by_mode.get("mitogen", {}).get(verb)
+            d = by_mode.get("direct", {}).get(verb)
+            if not (m and d and m.measured and d.measured and d.wall_s and d.cpu_s):
+                continue
+            rows.append(
+                f"  {size} nodes, {verb}: wall {m.wall_s:.1f} / {d.wall_s:.1f} s = "
+                f"{m.wall_s / d.wall_s:.2f}x, CPU/node {m.cpu_s / size:.3f} / "
+                f"{d.cpu_s / size:.3f} s = {m.cpu_s / d.cpu_s:.2f}x"
+            )
+    return rows
+
+
 def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]]) -> str:
     """The table, the targets, the projection with its model."""
     lines = [
@@ -255,7 +320,8 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
         ),
         "",
         f"{'nodes':>5} {'mode':<9} {'verb':<13} {'wall s':>7} {'ping s':>7} {'x ping':>7} "
-        f"{'CPU s/node':>10} {'ping CPU/node':>13} {'stream B/host':>13}  ran by / note",
+        f"{'CPU s/node':>10} {'judge':>7} {'net':>7} {'ping CPU':>8} "
+        f"{'journal B/host':>14} {'rest B/host':>11}  ran by / note",
     ]
     for size, by_mode in sorted(runs.items()):
         for mode in MODES:
@@ -263,18 +329,19 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
                 r = by_mode.get(mode, {}).get(verb)
                 if r is None:
                     continue
-                who = ", ".join(f"{k} {v}" for k, v in r.executors.items())
-                tail = who if r.measured else f"exit {r.exit}, not measured: {r.note}"
-                stream = f"{r.stream_bytes // size:>13}" if r.stream_bytes else f"{'-':>13}"
-                lines.append(
-                    f"{size:>5} {mode:<9} {verb:<13} {r.wall_s:>7.1f} {r.ping_s:>7.1f} "
-                    f"{r.wall_s / r.ping_s:>6.2f}x {r.cpu_s / size:>10.3f} "
-                    f"{r.ping_cpu_s / size:>13.3f} {stream}  {tail}"
-                )
+                lines.append(_row(size, mode, r))
+    lines.append(
+        "  (per node: judge = the run's bundle judged again by `gpuboot evaluate` alone, net ="
+        " CPU - judge; ping CPU = the baseline's; journal/rest = the shards' stream)"
+    )
     lines.append("")
     lines.append("targets:")
     for t in targets(runs):
         lines.append(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['figures']}")
+        if "floor" in t:
+            lines.append(f"           {t['floor']['text']}")
+    if mitogen := mitogen_rows(runs):
+        lines += ["", "install with --strategy mitogen / linear (direct labs):", *mitogen]
     lines.append("")
     lines.append(MODEL.replace("`cores`", str(doc["cores"])))
     lines.append("")
@@ -290,6 +357,27 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
                 cells.append(f"{p['cpu_s']:>8.0f} /{p['wall_s']:>7.0f}" if p else f"{'-':>17}")
             lines.append(f"  {verb:<13} {nodes:>6} " + " ".join(cells))
     return "\n".join(lines)
+
+
+def _row(size: int, mode: str, r: Run) -> str:
+    who = ", ".join(f"{k} {v}" for k, v in r.executors.items())
+    tail = who if r.measured else f"exit {r.exit}, not measured: {r.note}"
+    if r.measured and r.judge_note:
+        tail += f" (judging floor not measured: {r.judge_note})"
+
+    def per_node(value: float | None, width: int) -> str:
+        return f"{value / size:>{width}.3f}" if value is not None else f"{'-':>{width}}"
+
+    journal = r.journal_bytes // size if r.stream_bytes else None
+    rest = (r.stream_bytes - r.journal_bytes) // size if r.stream_bytes else None
+    return (
+        f"{size:>5} {mode:<9} {r.verb:<13} {r.wall_s:>7.1f} {r.ping_s:>7.1f} "
+        f"{r.wall_s / r.ping_s:>6.2f}x {r.cpu_s / size:>10.3f} "
+        f"{per_node(r.judge_cpu_s if r.judged else None, 7)} {per_node(r.net_cpu_s, 7)} "
+        f"{r.ping_cpu_s / size:>8.3f} "
+        f"{journal if journal is not None else '-':>14} {rest if rest is not None else '-':>11}"
+        f"  {tail}"
+    )
 
 
 def report_doc(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]]) -> dict:
@@ -340,19 +428,11 @@ def merge(
     return merged
 
 
-# ---- the runs (processes, labs) ----
+# ---- the runs (processes, labs: bench/fleet_procs.py) ----
 
 
-def _json(t: Timing) -> dict[str, Any]:
-    try:
-        doc = json.loads(t.out)
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _why(t: Timing) -> str:
-    doc = _json(t)
+def _why(t) -> str:
+    doc = t.json()
     hosts = doc.get("hosts") or {}
     unknown = [h.get("reason") for h in hosts.values() if h.get("status") == "unknown"]
     said = (
@@ -364,56 +444,29 @@ def _why(t: Timing) -> str:
     return str(said)[:300]
 
 
-def hall_pings(inventory: Path, lab_doc: dict[str, Any], env: dict[str, str]) -> list[list[str]]:
-    """One `ansible -m ping` per hall, its nodes reached through the hall's executor."""
-    import yaml
+def measure_judging(run: Run, verb_doc: dict[str, Any]) -> None:
+    """The run's bundle judged again on the controller alone, as its floor (run's
+    judge_cpu_s, or judge_note saying why not)."""
+    from fleet_procs import timed
 
-    inv = yaml.safe_load(inventory.read_text())
-    allvars = inv["all"].get("vars", {})
-    user = allvars.get("ansible_user", "root")
-    key = allvars.get("ansible_ssh_private_key_file")
-    cmds = []
-    for hall in lab_doc["halls"]:
-        nodes = [n["name"] for n in lab_doc["nodes"] if n.get("domain") == hall["domain"]]
-        jump = ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-        jump += ["-o", "BatchMode=yes", *(["-i", key] if key else []), "-W", "%h:%p"]
-        jump.append(f"{user}@{hall['ip']}")
-        ssh_args = (
-            "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
-            f"-o ProxyCommand={shlex.quote(shlex.join(jump))}"
-        )
-        extra = json.dumps({"ansible_ssh_common_args": ssh_args})
-        cmds.append(["ansible", ",".join(nodes), "-i", str(inventory), "-m", "ping", "-e", extra])
-    return cmds
-
-
-def ping(cmds: list[list[str]], env: dict[str, str]) -> Timing:
-    """The baseline: every command at once (one per hall), timed together."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    procs = [
-        subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in cmds
-    ]
-    outs = [p.communicate() for p in procs]
-    wall = time.monotonic() - started
-    code = max(p.returncode for p in procs)
-    if code != 0:
-        tail = b"".join(o + e for o, e in outs).decode(errors="replace")[-2000:]
-        raise SystemExit(f"fleet bench: the ping baseline failed (exit {code}):\n{tail}")
-    return Timing(wall, _cpu_since(before), code)
+    bundle = verb_doc.get("bundle")
+    if not bundle:
+        run.judge_note = "the run names no bundle"
+        return
+    t = timed([GPUBOOT, "evaluate", "--bundle", str(bundle), "--json", "-q"])
+    run.judge_cpu_s = t.cpu_s
+    run.judge_note = judge_problem(verb_doc, t.exit, t.json())
 
 
 def bench_lab(size: int, mode: str, args, env: dict[str, str], say) -> dict[str, Run]:
+    from fleet_procs import hall_pings, lab, ping, timed
+
     name = f"fleet-{uuid.uuid4().hex[:6]}"
-    up = [GPUBOOT, "lab", "up", "--name", name, "--nodes", str(size), "--json", "-q"]
-    up += ["--stack", args.stack, "--halls", str(HALLS[mode])]
+    up = ["--nodes", str(size), "--stack", args.stack, "--halls", str(HALLS[mode])]
     runs: dict[str, Run] = {}
     say(f"{size} nodes, {mode}: lab {name} up")
-    try:
-        t = timed(up)
-        if t.exit != 0:
-            raise SystemExit(f"fleet bench: lab up failed (exit {t.exit}): {_why(t)}")
-        lab_doc = _json(t)
+    with lab(GPUBOOT, name, up) as t:
+        lab_doc = t.json()
         inventory = Path(lab_doc["inventory"])
         runs["lab_up"] = Run("lab_up", t.wall_s, t.cpu_s, t.exit, 0.0, 0.0)
         if HALLS[mode]:
@@ -422,31 +475,40 @@ def bench_lab(size: int, mode: str, args, env: dict[str, str], say) -> dict[str,
             runs["executor_setup"] = Run("executor_setup", t.wall_s, t.cpu_s, t.exit, 0.0, 0.0)
             if t.exit != 0:
                 raise SystemExit(f"fleet bench: executor setup failed (exit {t.exit}): {_why(t)}")
-            pings = hall_pings(inventory, lab_doc, env)
+            pings = hall_pings(inventory, lab_doc)
         else:
             pings = [["ansible", "all", "-i", str(inventory), "-m", "ping"]]
         history = Path(args.scratch) / f"{name}-scan-history.jsonl"
-        for verb in VERBS:
+        for verb in MODE_VERBS[mode]:
             base = ping(pings, env)
             extra = ["--history", str(history)] if verb == "scan" else []
+            if verb.startswith("install"):
+                extra += MODE_ARGV.get(mode, [])
             say(f"{verb} (ping {base.wall_s:.1f} s)")
             t = timed([GPUBOOT, *ARGV[verb], "-i", str(inventory), "--json", "-q", *extra])
-            ran_by, run_dir = parse_result(_json(t))
-            total, journals = shard_bytes(run_dir)
+            doc = t.json()
+            ran_by, run_dir = parse_result(doc)
             run = Run(verb, t.wall_s, t.cpu_s, t.exit, base.wall_s, base.cpu_s, ran_by)
-            run.stream_bytes, run.journal_bytes = total, journals
-            run.note = _why(t) if t.exit not in MEASURED_EXITS else harness_errors(_json(t))
+            run.stream_bytes, run.journal_bytes = shard_bytes(run_dir)
+            run.note = _why(t) if t.exit not in MEASURED_EXITS else harness_errors(doc)
+            said = f"{verb}: {t.wall_s:.1f} s, exit {t.exit}, CPU {t.cpu_s / size:.3f} s/node"
+            if verb in JUDGED and run.measured:
+                measure_judging(run, doc)
+                said += f", judging {run.judge_cpu_s / size:.3f} s/node {run.judge_note}"
             runs[verb] = run
-            say(f"{verb}: {t.wall_s:.1f} s, exit {t.exit}, CPU {t.cpu_s / size:.3f} s/node")
-    finally:
-        subprocess.run([GPUBOOT, "lab", "down", "--name", name, "-q"], capture_output=True)
+            say(said)
     return runs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10,20,40", help="fleet sizes, a comma list")
-    parser.add_argument("--modes", default="direct,executors", help="direct, executors or both")
+    parser.add_argument(
+        "--modes",
+        default="direct,executors",
+        help="a comma list of: direct, executors (2 halls), mitogen (direct, install only, "
+        "--strategy mitogen)",
+    )
     parser.add_argument("--stack", default="lts-550-cuda12.4")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the --json document to this file")
@@ -459,12 +521,20 @@ def main() -> int:
         "fits and projection (a size and mode measured now wins)",
     )
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    modes = [m for m in args.modes.split(",") if m in MODES]
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    if not sizes or not all(s.isdigit() and int(s) >= HALLS["executors"] for s in sizes):
+        parser.error(f"--sizes {args.sizes!r}: a comma list of node counts of at least 2")
+    sizes = [int(s) for s in sizes]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        parser.error(f"--modes {args.modes!r}: a comma list of {', '.join(MODES)}")
     sys.path.insert(0, str(PROJECT))
+    from fleet_procs import stop_on_sigterm
+
     from gpuboot import paths
     from gpuboot.runner import ansible_env, close_ssh_masters
 
+    stop_on_sigterm()
     paths.put_venv_on_path()
     args.scratch = tempfile.mkdtemp(prefix="gpuboot-fleet-")
     env = {**os.environ, **ansible_env(Path(args.scratch))}
@@ -490,7 +560,7 @@ def main() -> int:
         for size in sizes:
             for mode in modes:
                 labs = bench_lab(size, mode, args, env, say)
-                runs.setdefault(size, {})[mode] = {v: labs[v] for v in VERBS if v in labs}
+                runs.setdefault(size, {})[mode] = {v: labs[v] for v in MODE_VERBS[mode]}
                 doc.setdefault("setup", {}).setdefault(str(size), {})[mode] = {
                     k: asdict(labs[k]) for k in ("lab_up", "executor_setup") if k in labs
                 }

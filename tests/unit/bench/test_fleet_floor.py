@@ -1,0 +1,192 @@
+"""bench/fleet.py's judging floor, stream split and mitogen rows, and bench/fleet_procs.py's
+promise that a lab it brought up is taken down on every way out."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def _load(name: str, file: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    yield _load("bench_fleet_floor", "fleet.py")
+    del sys.modules["bench_fleet_floor"]
+
+
+@pytest.fixture(scope="module")
+def procs():
+    yield _load("bench_fleet_procs", "fleet_procs.py")
+    del sys.modules["bench_fleet_procs"]
+
+
+def run(fleet, verb, cpu, judge=None, **kw):
+    return fleet.Run(verb, 10.0, cpu, 0, 2.0, 0.5, judge_cpu_s=judge, **kw)
+
+
+def nodes(*verdicts):
+    return {"nodes": [{"host": f"n{i}", "verdict": v} for i, v in enumerate(verdicts)]}
+
+
+def test_judge_problem_accepts_the_same_hosts_judged_and_names_each_failure(fleet):
+    assert fleet.judge_problem(nodes("PASS", "FAIL"), 1, nodes("PASS", "FAIL")) == ""
+    # a node the run could not read is ERROR again: the same evidence, no new failure
+    assert fleet.judge_problem(nodes("ERROR", "PASS"), 0, nodes("ERROR", "PASS")) == ""
+    refused = fleet.judge_problem(nodes("PASS"), 2, {"error": "bundle gone"})
+    assert refused == "evaluate exit 2: bundle gone"
+    assert "judged 1 hosts, the run 2" in fleet.judge_problem(nodes("PASS", "PASS"), 0, nodes("P"))
+    lost = fleet.judge_problem(nodes("PASS", "PASS"), 0, nodes("PASS", "ERROR"))
+    assert lost == "evaluate found 1 nodes ERROR the run judged (n1...)"
+
+
+def test_a_run_whose_judging_disagrees_has_no_floor_and_no_net(fleet):
+    r = run(fleet, "scan", 4.0, judge=1.0)
+    assert r.judged and r.net_cpu_s == pytest.approx(3.0)
+    r.judge_note = "evaluate exit 3: broken"
+    assert not r.judged and r.net_cpu_s is None
+    assert run(fleet, "scan", 4.0).net_cpu_s is None  # never measured
+
+
+def test_floor_above_a_third_of_direct_says_the_target_lies_below_it(fleet):
+    # 10 nodes: direct 2.0 s (judging 1.0), executors 1.8 s (judging 1.2)
+    direct, routed = run(fleet, "scan", 2.0, judge=1.0), run(fleet, "scan", 1.8, judge=1.2)
+    floor = fleet.judging_floor(direct, routed, 10)
+    assert floor["judge_s_per_node"] == pytest.approx(0.12)
+    assert floor["of_direct"] == pytest.approx(0.6) and floor["below_floor"]
+    assert floor["net_ratio"] == pytest.approx(0.6)  # 0.6 / 1.0
+    assert floor["text"] == (
+        "ratio 0.90 (target 1/3); floor: judging 0.120 s/node = 0.60 of direct; net of "
+        "judging: 0.060 / 0.100 s/node = 0.60; the target lies below this floor"
+    )
+    cheap = fleet.judging_floor(direct, run(fleet, "scan", 0.5, judge=0.2), 10)
+    assert not cheap["below_floor"] and "lies below" not in cheap["text"]
+    assert fleet.judging_floor(direct, run(fleet, "scan", 1.8), 10) is None
+
+
+def test_floor_net_of_judging_when_direct_is_all_judging(fleet):
+    direct, routed = run(fleet, "scan", 1.0, judge=1.0), run(fleet, "scan", 1.1, judge=1.0)
+    floor = fleet.judging_floor(direct, routed, 10)
+    assert floor["net_ratio"] is None and floor["text"].endswith(
+        "= n/a (direct cost no more than its judging); the target lies below this floor"
+    )
+
+
+def test_scan_target_row_carries_its_floor_and_the_report_prints_it(fleet):
+    runs = {
+        10: {
+            "direct": {"scan": run(fleet, "scan", 2.0, judge=1.0)},
+            "executors": {"scan": run(fleet, "scan", 1.8, judge=1.2)},
+        }
+    }
+    (row,) = fleet.targets(runs)[:1]
+    assert not row["met"] and row["floor"]["below_floor"]
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    text = fleet.report_text(doc, runs)
+    assert "ratio 0.90 (target 1/3); floor: judging 0.120 s/node = 0.60 of direct" in text
+    assert fleet.report_doc(doc, runs)["targets"][0]["floor"]["of_direct"] == pytest.approx(0.6)
+
+
+def test_report_row_splits_journal_from_the_rest_and_shows_judge_and_net(fleet):
+    r = run(fleet, "scan", 2.0, judge=0.5, stream_bytes=60_000, journal_bytes=59_000)
+    row = fleet._row(10, "executors", r)
+    cells = row.split()
+    assert cells[:3] == ["10", "executors", "scan"]
+    # CPU, judge, net per node; ping CPU; journal and the rest per host
+    assert cells[6:11] == ["0.200", "0.050", "0.150", "0.050", "5900"] and cells[11] == "100"
+    r.judge_note = "evaluate exit 3: broken"
+    assert "(judging floor not measured: evaluate exit 3: broken)" in fleet._row(10, "direct", r)
+    assert fleet._row(10, "direct", r).split()[7:9] == ["-", "-"]
+
+
+def test_mitogen_is_set_against_direct_and_kept_out_of_the_model(fleet):
+    first = {"direct": 20.0, "mitogen": 12.0}
+    runs = {
+        4: {
+            mode: {"install_first": fleet.Run("install_first", wall, wall / 2, 0, 1.0, 0.1)}
+            for mode, wall in first.items()
+        }
+    }
+    assert fleet.mitogen_rows(runs) == [
+        "  4 nodes, install_first: wall 12.0 / 20.0 s = 0.60x, CPU/node 1.500 / 2.500 s = 0.60x"
+    ]
+    assert set(fleet.fits(runs)["install_first"]) == {"direct"}
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    assert "install with --strategy mitogen / linear (direct labs):" in fleet.report_text(doc, runs)
+
+
+def test_an_earlier_document_without_the_floor_reads_back(fleet):
+    older = {"verb": "scan", "wall_s": 1.0, "cpu_s": 1.0, "exit": 0, "ping_s": 1.0}
+    older |= {"ping_cpu_s": 0.1, "executors": {}, "stream_bytes": 0, "journal_bytes": 0}
+    read = fleet.runs_from_doc({"runs": {"10": {"direct": {"scan": older}}}})
+    assert read[10]["direct"]["scan"].judge_cpu_s is None
+
+
+def test_lab_is_taken_down_when_up_fails_and_on_ctrl_c(procs, monkeypatch):
+    downs, ups = [], []
+
+    def fake_run_all(cmds, env=None):
+        ups.append(cmds[0])
+        exit_code = 3 if "bad" in cmds[0] else 0
+        return [procs.Timing(1.0, 0.1, exit_code, '{"inventory": "/x"}', "")]
+
+    monkeypatch.setattr(procs, "run_all", fake_run_all)
+    monkeypatch.setattr(procs, "_down", lambda _g, name: downs.append(name))
+    with pytest.raises(SystemExit, match="lab up failed"), procs.lab("gpuboot", "bad", []):
+        pass
+    with pytest.raises(KeyboardInterrupt), procs.lab("gpuboot", "good", ["--nodes", "4"]) as t:
+        assert t.json() == {"inventory": "/x"}
+        raise KeyboardInterrupt
+    assert downs == ["bad", "good"]
+    assert ups[1][:5] == ["gpuboot", "lab", "up", "--name", "good"]
+
+
+def test_lab_down_ignores_a_second_ctrl_c(procs, monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        procs.subprocess, "run", lambda *a, **k: seen.append(signal.getsignal(signal.SIGINT))
+    )
+    before = signal.getsignal(signal.SIGINT)
+    procs._down("gpuboot", "lab1")
+    assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.subprocess
+def test_sigterm_to_the_bench_stops_its_command_with_sigint(procs, tmp_path, monkeypatch):
+    """SIGTERM ends the bench like Ctrl-C, and the running command is asked to stop the
+    way gpuboot understands (SIGINT), so it can end its own run before the lab goes."""
+    marker = tmp_path / "stopped"
+    child = (
+        "import signal, sys, time, pathlib\n"
+        f"signal.signal(signal.SIGINT, lambda *_: (pathlib.Path({str(marker)!r}).write_text('"
+        "int'), sys.exit(0)))\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(procs, "STOP_GRACE_S", 30.0)
+    old = signal.getsignal(signal.SIGTERM)
+    procs.stop_on_sigterm()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 3.0)  # the child's handler is set by then
+        alarm = signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGTERM))
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            procs.timed([sys.executable, "-c", child])
+        assert time.monotonic() - started < 30  # it ended on the SIGINT, not killed late
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, alarm)
+        signal.signal(signal.SIGTERM, old)
+    assert marker.read_text() == "int"
