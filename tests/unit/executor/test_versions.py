@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from gpuboot.errors import EXIT_BAD_INPUT, BadInput, RunError
+from gpuboot.executor import route
 from gpuboot.executor.stream import Executor
 from gpuboot.executor.versions import (
     SOURCE,
@@ -17,6 +18,7 @@ from gpuboot.executor.versions import (
     local_versions,
     source_digest,
 )
+from gpuboot.inventory import load_inventory
 
 INVENTORY = "/etc/gpuboot/hall a.yml"
 LOCAL = {
@@ -133,6 +135,24 @@ def test_an_executor_on_other_code_at_the_same_versions_is_refused(reported):
     with pytest.raises(BadInput, match="executor stale runs other gpuboot code") as err:
         check_executor(executor, INVENTORY)
     assert err.value.hint == "gpuboot executor setup -i '/etc/gpuboot/hall a.yml'"
+
+
+@pytest.mark.subprocess
+def test_the_preflight_names_the_inventory_in_the_setup_command(tmp_path, monkeypatch):
+    path = tmp_path / "hall b.yml"
+    path.write_text(
+        "all:\n  vars: {gpuboot_profile: hgx-h100-sxm-8gpu, gpuboot_stack: lts-550-cuda12.4}\n"
+        "  children:\n    gpu:\n      hosts:\n"
+        "        b1: {ansible_host: 10.2.0.1, gpuboot_domain: hall-b}\n"
+        "    gpuboot_executors:\n      hosts:\n"
+        "        ex-b: {ansible_host: 192.168.0.6, gpuboot_executor_domains: [hall-b]}\n"
+    )
+    said = json.dumps({**local_versions(), SOURCE: "0123456789abcdef01234567"})
+    stale = Executor("ex-b", (sys.executable, "-c", f"print({said!r})"))
+    monkeypatch.setattr(route, "executor", lambda _inv, _name: stale)
+    with pytest.raises(BadInput, match="executor ex-b runs other gpuboot code") as err:
+        route.preflight(load_inventory(path), ["ex-b"])
+    assert err.value.hint == f"gpuboot executor setup -i '{path}'"
 
 
 @pytest.mark.subprocess
