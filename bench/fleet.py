@@ -277,7 +277,7 @@ def judging_floor(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
     text = (
         f"ratio {ratio:.2f} (target 1/3); floor: judging {judge:.3f} s/node = {share:.2f} of "
         f"direct; net of judging: {max(routed.net_cpu_s, 0) / size:.3f} / "
-        f"{direct.net_cpu_s / size:.3f} s/node = "
+        f"{max(direct.net_cpu_s, 0) / size:.3f} s/node = "
         + (f"{net:.2f}" if net is not None else "n/a (direct cost no more than its judging)")
     )
     if share > 1 / 3:
