@@ -204,6 +204,8 @@ def fits(runs: dict[int, dict[str, dict[str, Run]]]) -> dict[str, dict[str, Any]
                 "cpu": fit_line([(n, r.cpu_s) for n, r in measured]),
                 "wall": fit_line([(n / per_exec, r.wall_s) for n, r in measured]),
             }
+            if judged := [(n, r.judge_cpu_s) for n, r in measured if r.judged]:
+                lines[mode]["judge"] = fit_line(judged)
         if "direct" in lines:
             out[verb] = lines
     return out
@@ -226,6 +228,16 @@ def project(
     cpu = a_d + k * executors + b_e * nodes
     c, d = line["executors"]["wall"]
     return {"cpu_s": cpu, "wall_s": max(c + d * nodes / executors, cpu / cores)}
+
+
+def floor_at(line: dict[str, Any], nodes: int) -> dict[str, float] | None:
+    """The judging floor projected to ``nodes``: the executor lab's judging fit (its
+    fixed start and its cost per node), and its share of direct's projected CPU."""
+    fit = line.get("executors", {}).get("judge")
+    if fit is None:
+        return None
+    cpu = fit[0] + fit[1] * nodes
+    return {"cpu_s": cpu, "of_direct": cpu / project(line, nodes, 0)["cpu_s"]}
 
 
 def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
@@ -356,6 +368,16 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
                 p = project(line, nodes, e, doc["cores"])
                 cells.append(f"{p['cpu_s']:>8.0f} /{p['wall_s']:>7.0f}" if p else f"{'-':>17}")
             lines.append(f"  {verb:<13} {nodes:>6} " + " ".join(cells))
+    floors = [(verb, line) for verb, line in fits(runs).items() if floor_at(line, 1)]
+    if floors:
+        lines += ["", "judging floor through executors (its fit; share of direct's CPU):"]
+    for verb, line in floors:
+        a, b = line["executors"]["judge"]
+        at = ", ".join(
+            f"{n:,} nodes {floor_at(line, n)['cpu_s']:.0f} s = {floor_at(line, n)['of_direct']:.2f}"
+            for n in PROJECT_TO
+        )
+        lines.append(f"  {verb:<13} {a:.2f} s + {b:.4f} s/node: {at}")
     return "\n".join(lines)
 
 
@@ -391,6 +413,11 @@ def report_doc(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]]) 
         }
         for verb, line in fits(runs).items()
     }
+    floors = {
+        verb: {str(n): floor_at(line, n) for n in PROJECT_TO}
+        for verb, line in fits(runs).items()
+        if floor_at(line, 1)
+    }
     return {
         **doc,
         "runs": {
@@ -404,6 +431,7 @@ def report_doc(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]]) 
         "fits": fits(runs),
         "model": MODEL,
         "projection": projection,
+        "judging_floor": floors,
     }
 
 

@@ -191,3 +191,28 @@ def test_sigterm_to_the_bench_stops_its_command_with_sigint(procs, tmp_path, mon
         signal.signal(signal.SIGALRM, alarm)
         signal.signal(signal.SIGTERM, old)
     assert marker.read_text() == "int"
+
+
+def test_judging_floor_is_fitted_and_projected_against_direct(fleet):
+    """Judging: 0.5 s to start + 0.01 s per node; direct scan 1 s + 0.3 s per node."""
+    runs = {
+        n: {
+            "direct": {"scan": run(fleet, "scan", 1.0 + 0.3 * n, judge=0.5 + 0.01 * n)},
+            "executors": {"scan": run(fleet, "scan", 1.4 + 0.05 * n, judge=0.5 + 0.01 * n)},
+        }
+        for n in (10, 20)
+    }
+    line = fleet.fits(runs)["scan"]
+    floor = fleet.floor_at(line, 1000)
+    assert floor["cpu_s"] == pytest.approx(10.5)
+    assert floor["of_direct"] == pytest.approx(10.5 / 301.0)
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    assert "  scan          0.50 s + 0.0100 s/node: 1,024 nodes 11 s = 0.03" in fleet.report_text(
+        doc, runs
+    )
+    assert fleet.report_doc(doc, runs)["judging_floor"]["scan"]["1024"]["cpu_s"] == pytest.approx(
+        10.74
+    )
+    for n in (10, 20):  # no judging measured through executors: no floor to project
+        runs[n]["executors"]["scan"].judge_cpu_s = None
+    assert fleet.floor_at(fleet.fits(runs)["scan"], 1000) is None
