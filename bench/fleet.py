@@ -522,7 +522,8 @@ def bench_lab(size: int, mode: str, args, env: dict[str, str], say) -> dict[str,
             said = f"{verb}: {t.wall_s:.1f} s, exit {t.exit}, CPU {t.cpu_s / size:.3f} s/node"
             if verb in JUDGED and run.measured:
                 measure_judging(run, doc)
-                said += f", judging {run.judge_cpu_s / size:.3f} s/node {run.judge_note}"
+                said += f", judging {run.judge_cpu_s / size:.3f} s/node"
+                said += f" (no floor: {run.judge_note})" if run.judge_note else ""
             runs[verb] = run
             say(said)
     return runs
