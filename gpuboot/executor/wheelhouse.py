@@ -5,7 +5,8 @@ Halls have no index to install from, so the controller packs what it runs: an in
 distribution is zipped back into its wheel from its RECORD (the bytes that run here, under
 the tags its WHEEL file names); one installed editable from a source tree (a developer's
 checkout) is built from a copy of that tree. The result is cached under GPUBOOT_HOME by a
-key over every name, version and source digest, so a second setup builds nothing.
+key over every name, version and digest of what it is made of (the tree, or the installed
+RECORD), so a second setup builds nothing and other code at the same version builds anew.
 """
 
 from __future__ import annotations
@@ -124,8 +125,14 @@ def _digest(root: Path, files: list[str]) -> str:
     return h.hexdigest()
 
 
+def _record_digest(dist: metadata.Distribution) -> str:
+    """What an installed distribution's wheel is repacked from: its RECORD holds each file's
+    sha256, so another build of the same version installed here gives another digest."""
+    return hashlib.sha256((dist.read_text("RECORD") or "").encode()).hexdigest()
+
+
 def cache_key(dists: dict[str, metadata.Distribution], sources: dict[str, str]) -> str:
-    """One key over the Python X.Y, every name and version, and each source tree's digest."""
+    """One key over the Python X.Y, every name and version, and what each is made of."""
     doc = {
         "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
         "dists": sorted((n, d.version, sources.get(n, "")) for n, d in dists.items()),
@@ -207,7 +214,11 @@ def ensure(progress=lambda _msg: None) -> Wheelhouse:
         n: _tree_files(root, (dists[n].read_text("top_level.txt") or n).split())
         for n, root in trees.items()
     }
-    key = cache_key(dists, {n: _digest(trees[n], files[n]) for n in trees})
+    made_of = {
+        n: _digest(trees[n], files[n]) if n in trees else _record_digest(d)
+        for n, d in dists.items()
+    }
+    key = cache_key(dists, made_of)
     home = paths.home() / "executor-wheelhouse"
     done = home / key / "wheelhouse.json"
     if not done.exists():

@@ -1,8 +1,10 @@
 """The controller and an executor set up from its wheelhouse compute the same source
-digest from the same tree: the wheel carries exactly the files the digest reads."""
+digest from the same tree: the wheel carries exactly the files the digest reads, and other
+code at the same version makes another wheelhouse."""
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -11,8 +13,6 @@ import pytest
 import gpuboot
 from gpuboot.executor import wheelhouse
 from gpuboot.executor.versions import shipped, source_digest
-
-pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,47 @@ def built(tmp_path_factory) -> tuple[str, Path]:
     return here, tmp / "site-packages" / "gpuboot"
 
 
+@pytest.mark.subprocess  # pip builds the wheel
 def test_the_installed_wheel_gives_the_controllers_digest(built):
     here, unpacked = built
     assert source_digest(unpacked) == here
 
 
+@pytest.mark.subprocess
 def test_the_digest_reads_every_file_of_the_package_the_wheel_carries(built):
     _, unpacked = built
     carried = [p.relative_to(unpacked) for p in unpacked.rglob("*") if p.is_file()]
     assert carried and [str(p) for p in carried if not shipped(p)] == []
+
+
+class _Installed:
+    """An installed (not editable) distribution: its version and its RECORD."""
+
+    def __init__(self, version: str, record: str):
+        self.version, self.record = version, record
+
+    def read_text(self, name: str) -> str | None:
+        return self.record if name == "RECORD" else None
+
+
+def test_a_controller_reinstalled_from_other_code_at_the_same_version_gets_a_new_wheelhouse(
+    tmp_path, monkeypatch
+):
+    """Else the cached wheelhouse of the earlier code would go to the executors, and their
+    digest would never match the controller's again."""
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path))
+    monkeypatch.setattr(wheelhouse, "_source_dir", lambda _dist: None)
+    built: list[str] = []
+
+    def build(dists, trees, files, home: Path, key: str) -> None:
+        built.append(key)
+        (home / key).mkdir(parents=True)
+        doc = {"wheels": ["pip-1-py3-none-any.whl"], "pip": "pip-1-py3-none-any.whl"}
+        (home / key / "wheelhouse.json").write_text(json.dumps({**doc, "python": "3.11"}))
+
+    monkeypatch.setattr(wheelhouse, "_build", build)
+    for record in ("gpuboot/cli.py,sha256=AAA,10", "gpuboot/cli.py,sha256=BBB,10"):
+        dists = {"gpuboot": _Installed("0.1.0", record), "pip": _Installed("24.0", "")}
+        monkeypatch.setattr(wheelhouse, "requirements", lambda _roots, d=dists: d)
+        wheelhouse.ensure()
+    assert len(set(built)) == 2
