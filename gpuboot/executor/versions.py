@@ -28,7 +28,8 @@ NOT_INSTALLED = "not installed"
 NOT_REPORTED = "none reported"  # by a supervisor older than the digest
 # What gpuboot's wheel carries of its package (pyproject's package-data): every module,
 # these data files anywhere and all of ansible/ (role files without a suffix too), never
-# bytecode. An editable tree and the wheel built from it then hold the same files.
+# bytecode nor hidden files (setuptools' globs skip them: editor swaps, tools' caches).
+# An editable tree and the wheel built from it then hold the same files.
 SHIPPED_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".md", ".j2"})
 SHIPPED_DIRS = frozenset({"ansible"})
 DIGEST_CHARS = 24  # of the sha256's hex: short enough for a table, far past chance equality
@@ -36,7 +37,11 @@ DIGEST_CHARS = 24  # of the sha256's hex: short enough for a table, far past cha
 
 def shipped(rel: Path) -> bool:
     """Whether the file at ``rel`` (relative to the package) is in gpuboot's wheel."""
-    if "__pycache__" in rel.parts or rel.suffix == ".pyc":
+    if (
+        "__pycache__" in rel.parts
+        or rel.suffix == ".pyc"
+        or any(part.startswith(".") for part in rel.parts)
+    ):
         return False
     return rel.suffix in SHIPPED_SUFFIXES or rel.parts[0] in SHIPPED_DIRS
 

@@ -97,7 +97,13 @@ def test_a_renamed_file_changes_the_digest(tmp_path):
 
 @pytest.mark.parametrize(
     "added",
-    ["cli/__pycache__/verb.cpython-311.pyc", "ansible/roles/r/__pycache__/x.pyc", "notes.txt"],
+    [
+        "cli/__pycache__/verb.cpython-311.pyc",
+        "ansible/roles/r/__pycache__/x.pyc",
+        "notes.txt",
+        "ansible/roles/r/files/.gpuboot-tool.swp",
+        "ansible/.ansible/collections/x.py",
+    ],
 )
 def test_what_the_wheel_does_not_carry_leaves_the_digest_alone(tmp_path, added):
     root = _tree(tmp_path)
