@@ -136,13 +136,21 @@ def shard_bytes(run_dir: Path | None) -> tuple[int, int]:
     return total, sum(p.stat().st_size for p in files if p.name == "journal.jsonl")
 
 
+def said(doc: dict[str, Any]) -> str:
+    """The message of a verb's --json error document (``error`` holds its message, where
+    and hint), or ''."""
+    error = doc.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message") or "")
+    return str(error or doc.get("message") or "")
+
+
 def judge_problem(verb_doc: dict[str, Any], judge_exit: int, judge_doc: dict[str, Any]) -> str:
     """Why `gpuboot evaluate` of a run's bundle is no floor for that run, or '': it did
     not judge (an exit other than 0/1), judged other hosts, or could not read evidence
     the run itself judged (a node ERROR there and not in the run)."""
     if judge_exit not in JUDGE_EXITS:
-        said = judge_doc.get("error") or judge_doc.get("message") or "no --json document"
-        return f"evaluate exit {judge_exit}: {str(said)[:200]}"
+        return f"evaluate exit {judge_exit}: {(said(judge_doc) or 'no --json document')[:200]}"
     verdicts = {n.get("host"): n.get("verdict") for n in verb_doc.get("nodes") or ()}
     again = {n.get("host"): n.get("verdict") for n in judge_doc.get("nodes") or ()}
     if set(verdicts) != set(again):
@@ -303,6 +311,18 @@ def judging_floor(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
     }
 
 
+def floor_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
+    """Every judged verb measured both ways: its ratio, the judging floor, net of it."""
+    rows = []
+    for size, by_mode in sorted(runs.items()):
+        for verb in JUDGED:
+            d = by_mode.get("direct", {}).get(verb)
+            e = by_mode.get("executors", {}).get(verb)
+            if d and e and d.measured and e.measured and (floor := judging_floor(d, e, size)):
+                rows.append(f"  {size} nodes, {verb}: {floor['text']}")
+    return rows
+
+
 def mitogen_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
     """Install with mitogen's strategy against the direct lab's linear one, per size."""
     rows = []
@@ -352,6 +372,8 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
         lines.append(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['figures']}")
         if "floor" in t:
             lines.append(f"           {t['floor']['text']}")
+    if floors := floor_rows(runs):
+        lines += ["", "judging floor, through 2 executors against direct (CPU per node):", *floors]
     if mitogen := mitogen_rows(runs):
         lines += ["", "install with --strategy mitogen / linear (direct labs):", *mitogen]
     lines.append("")
@@ -463,13 +485,12 @@ def _why(t) -> str:
     doc = t.json()
     hosts = doc.get("hosts") or {}
     unknown = [h.get("reason") for h in hosts.values() if h.get("status") == "unknown"]
-    said = (
-        doc.get("error")
-        or doc.get("message")
+    why = (
+        said(doc)
         or (f"{len(unknown)} hosts unknown: {unknown[0]}" if unknown else "")
         or (t.err.strip().splitlines() or [""])[-1]
     )
-    return str(said)[:300]
+    return why[:300]
 
 
 def measure_judging(run: Run, verb_doc: dict[str, Any]) -> None:

@@ -144,8 +144,11 @@ def lab(gpuboot: str, name: str, up_args: list[str]) -> Iterator[Timing]:
     try:
         t = timed([gpuboot, "lab", "up", "--name", name, "--json", "-q", *up_args])
         if t.exit != 0:
-            said = (t.json().get("error") or t.err.strip()[-300:]) if t.out or t.err else ""
-            raise SystemExit(f"fleet bench: lab up failed (exit {t.exit}): {said}")
+            error = t.json().get("error")  # gpuboot's --json error: message, where, hint
+            said = error.get("message") if isinstance(error, dict) else error
+            raise SystemExit(
+                f"fleet bench: lab up failed (exit {t.exit}): {said or t.err.strip()[-300:]}"
+            )
         yield t
     finally:
         _down(gpuboot, name)

@@ -216,3 +216,27 @@ def test_judging_floor_is_fitted_and_projected_against_direct(fleet):
     for n in (10, 20):  # no judging measured through executors: no floor to project
         runs[n]["executors"]["scan"].judge_cpu_s = None
     assert fleet.floor_at(fleet.fits(runs)["scan"], 1000) is None
+
+
+def test_a_refusal_is_told_by_its_message_not_its_document(fleet):
+    error = {"error": {"message": "executor hall-a runs other code", "hint": "executor setup"}}
+    assert fleet.said(error) == "executor hall-a runs other code"
+    assert fleet.judge_problem(nodes("PASS"), 2, error) == (
+        "evaluate exit 2: executor hall-a runs other code"
+    )
+    assert fleet.said({"error": "plain"}) == "plain" and fleet.said({}) == ""
+
+
+def test_every_judged_verb_measured_both_ways_gets_a_floor_line(fleet):
+    runs = {
+        4: {
+            "direct": {v: run(fleet, v, 2.0, judge=1.0) for v in fleet.JUDGED},
+            "executors": {v: run(fleet, v, 1.8, judge=1.2) for v in fleet.JUDGED},
+        }
+    }
+    runs[4]["executors"]["scan"].exit = 2  # refused: no floor to show
+    rows = fleet.floor_rows(runs)
+    named = [r.split(":")[0].strip() for r in rows]
+    assert named == ["4 nodes, certify_none", "4 nodes, certify_quick"]
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    assert rows[0] in fleet.report_text(doc, runs).splitlines()
