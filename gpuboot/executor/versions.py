@@ -9,7 +9,6 @@ an executor on older code at the same version would run other playbooks and role
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import shlex
@@ -59,12 +58,6 @@ def source_digest(package: Path) -> str:
     return h.hexdigest()[:DIGEST_CHARS]
 
 
-@functools.cache
-def _own_digest() -> str:
-    # Every verb's pre-flight asks it; the code running here does not change meanwhile.
-    return source_digest(Path(gpuboot.__file__).parent)
-
-
 def local_versions() -> dict[str, str]:
     """The three packages' versions here and the digest of the gpuboot code that runs."""
     found = {}
@@ -73,7 +66,7 @@ def local_versions() -> dict[str, str]:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = NOT_INSTALLED
-    found[SOURCE] = _own_digest()
+    found[SOURCE] = source_digest(Path(gpuboot.__file__).parent)
     return found
 
 
@@ -119,7 +112,6 @@ def remote_versions(argv: list[str], timeout_s: float = 60.0) -> dict[str, str]:
     return {**found, SOURCE: str(answer.get(SOURCE, NOT_REPORTED))}
 
 
-def check_executor(executor: Executor, inventory: str | PathLike) -> None:
-    """Refuse ``executor`` (BadInput) unless it runs the controller's versions and code."""
-    remote = remote_versions(executor.command("versions"))
-    check_skew(executor.name, remote, local_versions(), inventory)
+def check_executor(executor: Executor, inventory: str | PathLike, local: dict[str, str]) -> None:
+    """Refuse ``executor`` (BadInput) unless it runs the ``local`` versions and code."""
+    check_skew(executor.name, remote_versions(executor.command("versions")), local, inventory)

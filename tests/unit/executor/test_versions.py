@@ -115,9 +115,8 @@ def test_what_the_wheel_does_not_carry_leaves_the_digest_alone(tmp_path, added):
 
 @pytest.mark.subprocess
 def test_the_supervisor_reports_the_controllers_own_versions_and_code():
-    check_executor(
-        Executor("local", (sys.executable, "-m", "gpuboot.executor.supervisor")), INVENTORY
-    )
+    local = Executor("local", (sys.executable, "-m", "gpuboot.executor.supervisor"))
+    check_executor(local, INVENTORY, local_versions())
 
 
 @pytest.mark.subprocess
@@ -125,7 +124,7 @@ def test_a_skewed_executor_is_refused_by_what_it_reports():
     skewed = json.dumps({**local_versions(), "ansible-runner": "2.3.6"})
     executor = Executor("old", (sys.executable, "-c", f"print({skewed!r})"))
     with pytest.raises(BadInput, match=r"ansible-runner 2\.3\.6 there"):
-        check_executor(executor, INVENTORY)
+        check_executor(executor, INVENTORY, local_versions())
 
 
 @pytest.mark.subprocess
@@ -139,7 +138,7 @@ def test_an_executor_on_other_code_at_the_same_versions_is_refused(reported):
     said = json.dumps({k: v for k, v in said.items() if v is not None})
     executor = Executor("stale", (sys.executable, "-c", f"print({said!r})"))
     with pytest.raises(BadInput, match="executor stale runs other gpuboot code") as err:
-        check_executor(executor, INVENTORY)
+        check_executor(executor, INVENTORY, local_versions())
     assert err.value.hint == "gpuboot executor setup -i '/etc/gpuboot/hall a.yml'"
 
 
@@ -165,4 +164,4 @@ def test_the_preflight_names_the_inventory_in_the_setup_command(tmp_path, monkey
 def test_an_executor_that_cannot_answer_is_a_harness_error_not_bad_input():
     executor = Executor("mute", (sys.executable, "-c", "import sys; sys.exit(255)"))
     with pytest.raises(RunError, match="exit 255"):
-        check_executor(executor, INVENTORY)
+        check_executor(executor, INVENTORY, local_versions())
