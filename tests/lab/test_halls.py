@@ -146,11 +146,21 @@ def _setup(lab: labmod.Lab) -> dict:
     return doc
 
 
-def test_executor_setup_installs_the_controllers_versions_and_a_second_run_changes_nothing(
+# A job whose supervisor was killed outright: its data (the stream's secrets) is left.
+DEAD_JOB = "/root/.local/share/gpuboot/executor/deadjob0/data"
+
+
+def test_executor_setup_installs_its_versions_and_dead_job_timer_a_second_run_changes_nothing(
     halls,
 ):
     first = _setup(halls)
     assert {e["status"] for e in first["executors"].values()} == {"changed"}
+    executor = halls.hall(HALL_A).executor_container_id
+    timer = podman("exec", executor, "systemctl", "is-active", "gpuboot-executor-gc.timer")
+    assert timer.stdout.strip() == "active"
+    podman("exec", executor, "mkdir", "-p", DEAD_JOB)
+    podman("exec", executor, "systemctl", "start", "gpuboot-executor-gc.service")
+    assert podman("exec", executor, "test", "-e", DEAD_JOB, check=False).returncode == 1
     # A second run from the same wheelhouse. The key covers the controller's gpuboot
     # tree: an edit made meanwhile (a shared working tree) is a new wheelhouse, rightly
     # installed again; then the run after it is the second one.
