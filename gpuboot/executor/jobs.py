@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpuboot import paths
 from gpuboot.errors import BadInput
+from gpuboot.executor import procs
 
 # A dead job's spool waits this long for its controller to re-attach and release it.
 KEEP_S = 24 * 3600
@@ -117,8 +118,9 @@ def release(job: Job) -> bool:
 
 
 def collect_garbage(root: Path, keep_s: float = KEEP_S) -> list[str]:
-    """Dead jobs: their ``data/`` removed at once (a supervisor killed outright leaves its
-    secrets), the rest once its spool is ``keep_s`` old. The job ids removed whole."""
+    """Dead jobs: what they left running ended and their ``data/`` removed at once (a
+    supervisor killed outright leaves its secrets, and the task its play had in flight),
+    the rest once its spool is ``keep_s`` old. The job ids removed whole."""
     removed = []
     ids = {p.name.removesuffix(".lock") for p in root.iterdir() if not p.name.startswith(".")}
     for job_id in sorted(ids):
@@ -127,7 +129,9 @@ def collect_garbage(root: Path, keep_s: float = KEEP_S) -> list[str]:
         if fd is None:
             continue  # live
         try:
-            shutil.rmtree(job.data, ignore_errors=True)
+            if job.data.exists():  # its end not yet cleaned up: the supervisor was killed
+                procs.end_marked(str(job.data))
+                shutil.rmtree(job.data, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - job.spool.stat().st_mtime < keep_s:
                     continue

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -24,6 +25,13 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def term_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM when the process that started it dies
+    (killed outright, nothing left to end its tree), so the worker cancels its run."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _stat(pid: str) -> tuple[int, int, str] | None:
@@ -79,4 +87,36 @@ def end_tree(root: int, grace_s: float = 5.0) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
         reap()
+    return ended
+
+
+def _marked(marker: bytes) -> list[int]:
+    """Processes whose command line names ``marker`` (a job's own data directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker in fh.read():
+                    found.append(int(entry))
+    return found
+
+
+def end_marked(marker: str) -> list[int]:
+    """End what a dead job left running: every process whose command line names its data
+    directory (ansible-playbook and Ansible's forks of it: each names the job's inventory),
+    their process groups and their descendants. A supervisor killed outright ends nothing;
+    its worker cancels (the parent-death signal), but a task in flight runs in a session of
+    its own. The pids ended."""
+    ended: list[int] = []
+    for pid in _marked(marker.encode()):
+        info = _stat(str(pid))
+        if info is None:
+            continue
+        ended += [p for p in end_tree(pid) if p not in ended]
+        with contextlib.suppress(OSError):
+            if info[1] not in (os.getpgid(0), 0):
+                os.killpg(info[1], signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        if pid not in ended:
+            ended.append(pid)
     return ended

@@ -155,6 +155,7 @@ def _start_worker(job: jobs.Job, keepalive_s: str, lock_fd: int) -> subprocess.P
             env=scrubbed_env(dict(os.environ)),
             start_new_session=True,
             pass_fds=(lock_fd,),  # the job stays live while its worker lives
+            preexec_fn=procs.term_with_parent,  # a supervisor killed outright: it cancels
         )
 
 
