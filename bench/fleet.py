@@ -627,4 +627,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the labs went down on the way out
+        why = stop.args[0] if stop.args else "Ctrl-C"
+        print(f"fleet bench: stopped ({why}); every lab it brought up is down", file=sys.stderr)
+        raise SystemExit(130) from None
