@@ -399,7 +399,9 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
             f"{n:,} nodes {floor_at(line, n)['cpu_s']:.0f} s = {floor_at(line, n)['of_direct']:.2f}"
             for n in PROJECT_TO
         )
-        lines.append(f"  {verb:<13} {a:.2f} s + {b:.4f} s/node: {at}")
+        # one size cannot tell the fixed start from the cost per node: all of it is per node
+        alone = " (one size: its fixed start counted per node, overstated)" if a == 0 else ""
+        lines.append(f"  {verb:<13} {a:.2f} s + {b:.4f} s/node: {at}{alone}")
     return "\n".join(lines)
 
 

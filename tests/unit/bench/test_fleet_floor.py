@@ -213,6 +213,9 @@ def test_judging_floor_is_fitted_and_projected_against_direct(fleet):
     assert fleet.report_doc(doc, runs)["judging_floor"]["scan"]["1024"]["cpu_s"] == pytest.approx(
         10.74
     )
+    assert "overstated" not in fleet.report_text(doc, runs)
+    one = {10: runs[10]}
+    assert "(one size: its fixed start counted per node, overstated)" in fleet.report_text(doc, one)
     for n in (10, 20):  # no judging measured through executors: no floor to project
         runs[n]["executors"]["scan"].judge_cpu_s = None
     assert fleet.floor_at(fleet.fits(runs)["scan"], 1000) is None
