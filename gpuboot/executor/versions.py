@@ -75,14 +75,15 @@ def check_skew(
 ) -> None:
     """BadInput naming every package whose version differs on ``executor``, or, at the
     same versions, that its gpuboot code differs (``inventory`` names it for the fix)."""
+    # setup installs the controller's own wheels offline (a hall has no package index)
+    setup = f"gpuboot executor setup -i {shlex.quote(str(inventory))} --limit {executor}"
     differ = [p for p in PACKAGES if remote.get(p) != local.get(p)]
     if differ:
         said = "; ".join(f"{p} {remote.get(p)} there, {local.get(p)} here" for p in differ)
-        pins = " ".join(f"'{p}=={local[p]}'" for p in PACKAGES if local.get(p) != NOT_INSTALLED)
         raise BadInput(
             f"executor {executor} runs other versions than the controller: {said}",
             where=f"executor {executor}",
-            hint=f"on {executor}, in gpuboot's venv: pip install {pins}",
+            hint=setup,
         )
     if remote.get(SOURCE) != local.get(SOURCE):
         raise BadInput(
@@ -90,7 +91,7 @@ def check_skew(
             f"version {local.get('gpuboot')}: source digest {remote.get(SOURCE)} there, "
             f"{local.get(SOURCE)} here",
             where=f"executor {executor}",
-            hint=f"gpuboot executor setup -i {shlex.quote(str(inventory))}",
+            hint=setup,
         )
 
 

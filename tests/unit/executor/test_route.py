@@ -103,4 +103,4 @@ def test_preflight_refuses_a_skewed_executor_as_bad_input(inv, monkeypatch):
     with pytest.raises(BadInput, match="executor ex-a2 runs other versions") as caught:
         route.preflight(inv, ["ex-a", "ex-a2", "ex-b"])
     assert caught.value.exit_code == EXIT_BAD_INPUT
-    assert "pip install" in caught.value.hint
+    assert caught.value.hint == f"gpuboot executor setup -i {inv.path} --limit ex-a2"
