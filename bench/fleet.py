@@ -487,9 +487,12 @@ def _why(t) -> str:
     doc = t.json()
     hosts = doc.get("hosts") or {}
     unknown = [h.get("reason") for h in hosts.values() if h.get("status") == "unknown"]
+    executors = (doc.get("executors") or {}).items()  # executor setup's, each with its reason
+    failed = [f"{n}: {e.get('reason')}" for n, e in executors if e.get("status") == "failed"]
     why = (
         said(doc)
         or (f"{len(unknown)} hosts unknown: {unknown[0]}" if unknown else "")
+        or "; ".join(failed)
         or (t.err.strip().splitlines() or [""])[-1]
     )
     return why[:300]

@@ -4,6 +4,7 @@ promise that a lab it brought up is taken down on every way out."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import sys
 import time
@@ -243,3 +244,9 @@ def test_every_judged_verb_measured_both_ways_gets_a_floor_line(fleet):
     assert named == ["4 nodes, certify_none", "4 nodes, certify_quick"]
     doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
     assert rows[0] in fleet.report_text(doc, runs).splitlines()
+
+
+def test_a_failed_executor_setup_is_told_by_its_executors_reasons(fleet, procs):
+    doc = {"executors": {"hall-a": {"status": "failed", "reason": "other code"}, "hall-b": {}}}
+    t = procs.Timing(1.0, 0.1, 1, json.dumps(doc), "")
+    assert fleet._why(t) == "hall-a: other code"
