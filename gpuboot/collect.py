@@ -1,18 +1,22 @@
 """Evidence collection: every probe of a node in one SSH round trip.
 
 The node runs one shell script that stores each probe's stdout, stderr and exit
-code in a temp dir and sends it back as a base64 tar, so stdout reaches the bundle
-byte for byte (DESIGN.md: each probe file holds the unmodified stdout).
+code in a temp dir and sends it back as a base64 gzipped tar, so stdout reaches the
+bundle byte for byte (DESIGN.md: each probe file holds the unmodified stdout). gzip
+because the controller parses every byte of every answer (through an executor, twice:
+its stream and its event): ~150 small files are mostly tar headers and padding.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import gzip
 import io
 import re
 import shlex
 import tarfile
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,7 +169,7 @@ def script(
     probes: Sequence[Probe] = PROBES,
     bandwidth: Sequence[Probe] = (),
 ) -> str:
-    """The one command a node runs; it prints a base64 tar of the probe outputs.
+    """The one command a node runs; it prints a base64 gzipped tar of the probe outputs.
 
     State probes run first; bandwidth probes only after the pre-conditions hold (probe lock
     taken, GPUs idle, no other probe process), else the reason is recorded instead.
@@ -177,7 +181,7 @@ def script(
         lines.append(f"if [ ! -s {names.PRECONDITIONS_FILE} ]; then")
         lines += [_run_line(p, procfs, sysfs) for p in bandwidth]
         lines.append("fi")
-    lines += ["tar -cf - . | base64 -w0", 'cd / && rm -rf "$d"']
+    lines += ["tar -cf - . | gzip -c | base64 -w0", 'cd / && rm -rf "$d"']
     return "\n".join(lines)
 
 
@@ -219,19 +223,65 @@ def _reject(why: str) -> NodeAnswerRejected:
     )
 
 
+# What a tar adds to its members' bytes, per member at most: its header, a GNU long-name
+# header and name block, and the padding of its data to a 512-byte block.
+TAR_MEMBER_OVERHEAD = 4 * 512
+# After the end-of-archive blocks GNU tar pads its output to a 10,240-byte record; the
+# stream reader may stop up to a record before that: what may follow the last member.
+TAR_TAIL = 2 * tarfile.RECORDSIZE
+
+
+def inflate_cap(allowed: frozenset[str]) -> int:
+    """Bytes a node's answer may inflate to: the per-node cap, and a tar's overhead for
+    every file the script may send (and its "." directory)."""
+    return MAX_NODE_BYTES + TAR_MEMBER_OVERHEAD * (len(allowed) + 1) + TAR_TAIL
+
+
+class _Inflated(io.RawIOBase):
+    """The payload's gzip, inflated as it is read and never past ``cap`` bytes: a gzip
+    bomb costs the controller at most the per-node cap, never its ratio."""
+
+    def __init__(self, data: bytes, cap: int):
+        self._gz = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+        self._left = cap
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+        try:
+            chunk = self._gz.read(want)
+        except (OSError, EOFError, zlib.error) as exc:  # not gzip, cut, corrupt, bad CRC
+            raise _reject(f"payload is not a readable gzip ({exc})") from None
+        self._left -= len(chunk)
+        if self._left < 0:
+            raise _reject("payload inflates past the per-node cap")
+        return chunk
+
+    def readinto(self, buffer) -> int:  # io.RawIOBase's own read() would call it
+        chunk = self.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
 def _tar_members(payload: str, allowed: frozenset[str]) -> dict[str, bytes]:
     """The payload's regular files, each a name the script asked for, within the caps."""
-    if len(payload) > (MAX_NODE_BYTES + 64 * 1024) * 4 // 3:  # + tar headers
+    cap = inflate_cap(allowed)
+    # gzip adds a few bytes per 32 KB stored block to data it cannot shrink
+    if len(payload) > (cap + cap // 1000 + 1024) * 4 // 3:
         raise _reject(f"payload of {len(payload)} bytes exceeds the per-node cap")
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise _reject(f"payload is not base64 ({exc})") from None
+    stream = _Inflated(data, cap)
     out: dict[str, bytes] = {}
     total = 0
     try:
-        # "r:" reads an uncompressed tar only: a compressed one could expand without bound
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        # "r|": a plain tar read as it inflates (the gzip is the only compression: a
+        # compressed tar inside could expand without bound)
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
             for m in tar:
                 if m.isdir() and m.name in (".", "./"):
                     continue
@@ -246,9 +296,14 @@ def _tar_members(payload: str, allowed: frozenset[str]) -> dict[str, bytes]:
                 if m.size > MAX_FILE_BYTES or total > MAX_NODE_BYTES:
                     raise _reject(f"member {m.name!r} exceeds the size cap")
                 f = tar.extractfile(m)
-                out[name] = f.read(MAX_FILE_BYTES + 1) if f else b""
+                # its size, checked above: a larger read would allocate its size up front
+                out[name] = f.read(m.size) if f else b""
     except tarfile.TarError as exc:
         raise _reject(f"payload is not a readable tar ({exc})") from None
+    # to its end: only there does gzip see a cut stream or a wrong CRC; and what follows
+    # the tar is its padding, not a bomb's zeros inflated to the cap
+    if len(stream.read(TAR_TAIL + 1)) > TAR_TAIL or stream.read(1):
+        raise _reject("data past the tar's end")
     return out
 
 

@@ -8,6 +8,7 @@ reason and nothing of it lands in the bundle; the inventory is read once per run
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
 import stat
@@ -126,7 +127,7 @@ def _tar(*members: tuple[str, bytes]) -> str:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return base64.b64encode(buf.getvalue()).decode()
+    return base64.b64encode(gzip.compress(buf.getvalue())).decode()  # as the node's answer
 
 
 def test_a_hostile_answer_is_error_and_nothing_of_it_is_written(inv, tmp_path):

@@ -1,15 +1,18 @@
-"""A node is less trusted than the controller: its collection answer (a base64 tar) is
+"""A node is less trusted than the controller: its collection answer (a base64 gzipped tar) is
 data within limits, never a path to write. Only the probe files the script asked for, as
 regular files within the size caps, reach the evidence; anything else is refused whole."""
 
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import os
 import stat
 import subprocess
 import tarfile
+import time
+import tracemalloc
 
 import pytest
 
@@ -43,7 +46,7 @@ def _payload(*members: tuple[str, bytes | str], kind: bytes = tarfile.REGTYPE) -
                 raw = data.encode() if isinstance(data, str) else data
                 info.size = len(raw)
                 tar.addfile(info, io.BytesIO(raw))
-    return base64.b64encode(buf.getvalue()).decode()
+    return base64.b64encode(gzip.compress(buf.getvalue())).decode()
 
 
 def _good(*extra: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -123,8 +126,58 @@ def test_not_base64_or_not_a_plain_tar_is_refused():
     with tarfile.open(fileobj=gz, mode="w:gz") as tar:
         info = tarfile.TarInfo(DMESG)
         tar.addfile(info, io.BytesIO(b""))
-    with pytest.raises(collect.NodeAnswerRejected, match="tar"):
-        unpack(base64.b64encode(gz.getvalue()).decode())
+    with pytest.raises(collect.NodeAnswerRejected, match="tar"):  # one gzip only, no nesting
+        unpack(base64.b64encode(gzip.compress(gz.getvalue())).decode())
+
+
+def _bomb() -> bytes:
+    """1 GiB of zeros in 1 MB: gzip members one after another inflate as one stream."""
+    return gzip.compress(bytes(8 << 20), 9) * 128
+
+
+@pytest.mark.parametrize("before", [b"", b"tar"], ids=["alone", "after-a-tar"])
+def test_a_gzip_bomb_is_refused_fast_in_bounded_memory(before):
+    tar = base64.b64decode(_payload(*_good())) if before else b""
+    payload = base64.b64encode(tar + _bomb()).decode()
+    tracemalloc.start()
+    started = time.process_time()
+    with pytest.raises(collect.NodeAnswerRejected, match="past the tar's end"):
+        unpack(payload)
+    spent, peak = time.process_time() - started, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert spent < 0.5, spent  # a few records inflated, not the 1 GiB
+    assert peak < 4 << 20, peak  # the 1.4 MB payload and its decoding, nothing of the GiB
+
+
+def test_a_header_that_reads_past_the_cap_is_refused_there(monkeypatch):
+    # a GNU long-name header whose name "is" 1 GiB: tarfile reads what it declares
+    monkeypatch.setattr(collect, "MAX_NODE_BYTES", 4096)
+    info = tarfile.TarInfo("././@LongLink")
+    info.type, info.size = tarfile.GNUTYPE_LONGNAME, 1 << 30
+    header = info.tobuf(format=tarfile.GNU_FORMAT)
+    assert collect.inflate_cap(frozenset(str(i) for i in range(100))) < 1 << 20
+    payload = base64.b64encode(gzip.compress(header + bytes(1 << 20))).decode()
+    with pytest.raises(collect.NodeAnswerRejected, match="inflates past the per-node cap"):
+        unpack(payload)
+
+
+@pytest.mark.parametrize("cut", [1, 8, 40], ids=["in-trailer", "trailer-gone", "in-data"])
+def test_a_cut_gzip_is_refused_and_nothing_written(tmp_path, cut):
+    whole = base64.b64decode(_payload(*_good()))
+    assert unpack(base64.b64encode(whole).decode())[DMESG].stdout == "ok\n"
+    with pytest.raises(collect.NodeAnswerRejected, match="not a readable gzip"):
+        _keep(tmp_path, base64.b64encode(whole[:-cut]).decode())
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_a_corrupt_or_missing_gzip_is_refused():
+    whole = bytearray(base64.b64decode(_payload(*_good())))
+    whole[-6] ^= 0xFF  # its CRC no longer matches what it inflates to
+    with pytest.raises(collect.NodeAnswerRejected, match="not a readable gzip"):
+        unpack(base64.b64encode(bytes(whole)).decode())
+    plain = gzip.decompress(base64.b64decode(_payload(*_good())))  # an older node's plain tar
+    with pytest.raises(collect.NodeAnswerRejected, match="not a readable gzip"):
+        unpack(base64.b64encode(plain).decode())
 
 
 def test_the_refusal_is_an_error_naming_the_problem():
