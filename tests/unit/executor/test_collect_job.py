@@ -9,8 +9,11 @@ ERROR for its host, never FAIL or PASS; a host whose shard was lost is not judge
 from __future__ import annotations
 
 import hashlib
+import json
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from gpuboot.checks import rules
 from gpuboot.executor import collect_job
 from gpuboot.executor.collect_job import AnswerCorrupted, ExecutorLost, unwrap, wrapped
 from gpuboot.node_collect import NodeEvidence, collect_node
+from gpuboot.remote import RemoteTimeout
 from tests.unit.executor.conftest import (
     REPLAY,
     ShellNode,
@@ -171,6 +175,40 @@ def test_direct_and_executor_collection_give_identical_verdicts(tmp_path):
     assert engine.judge("n1", relayed).to_dict() == judged
     assert judged["verdict"] == rules.FAIL  # the XID is seen by both
     assert not (tmp_path / "shard" / "private").exists()  # the job's data went with it
+    answer = _answer_res(tmp_path / "shard")
+    assert set(answer) >= {"rc", "stdout", "stderr"}
+    assert not {"stdout_lines", "stderr_lines"} & set(answer)  # the answer once, not twice
+
+
+def _answer_res(shard: Path) -> dict:
+    """The collection task's result as the shard's journal keeps its event."""
+    records = [json.loads(line) for line in (shard / "journal.jsonl").read_text().splitlines()]
+    (res,) = [
+        r["d"]["event_data"]["res"]
+        for r in records
+        if r["k"] == "event"
+        and r["d"]["event"] in collect_job.ANSWERED
+        and r["d"]["event_data"].get("task") == collect_job.TASK
+    ]
+    return res
+
+
+@pytest.mark.subprocess
+def test_the_hosts_deadline_bounds_its_collection_on_the_executor(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dmesg").write_text("#!/bin/sh\nexec sleep 120\n")  # a tool stuck
+    (bindir / "dmesg").chmod(0o755)
+    started = time.monotonic()
+    stored = collect_job.collect_on(
+        local_supervisor(tmp_path, bindir),
+        {"n1": (LOCAL, {"gpuboot_collect_timeout": 3})},
+        None,
+        tmp_path / "shard",
+    )
+    assert isinstance(stored["n1"], RemoteTimeout), stored["n1"]
+    assert "timed out after 3s on executor ex1" in str(stored["n1"])
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.subprocess
@@ -187,14 +225,20 @@ def test_a_host_whose_shard_was_lost_is_not_judged(tmp_path):
 @pytest.mark.subprocess
 def test_an_answer_past_ansible_runners_event_limit_arrives_whole(tmp_path):
     # the callback empties a task result past 700,000 characters: a node with quick probes'
-    # outputs answers more than that, and would arrive as nothing
+    # outputs answers more than that, and would arrive as nothing. Its log here is what gzip
+    # cannot shrink (the same bytes on every run: the direct and relayed runs compare it).
     hostvars, bindir = _emulated(tmp_path)
     (bindir / "dmesg").rename(bindir / "dmesg.emulated")
+    noise = (
+        "import base64, random; random.seed(1); "
+        "print(base64.b64encode(random.randbytes(600000)).decode())"
+    )
     (bindir / "dmesg").write_text(
         '#!/bin/sh\n"$(dirname "$0")/dmesg.emulated" "$@"; rc=$?\n'
-        "seq -f '[    1.%06g] a kernel that talks a lot' 1 40000\nexit $rc\n"
+        f"{sys.executable} -c {shlex.quote(noise)}\nexit $rc\n"
     )
     (bindir / "dmesg").chmod(0o755)
     direct, relayed = _direct_and_relayed(tmp_path, hostvars, bindir)
     assert isinstance(relayed, NodeEvidence), relayed
     assert relayed.evidence == direct.evidence
+    assert len(_answer_res(tmp_path / "shard")["stdout"]) > 700_000
