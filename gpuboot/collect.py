@@ -218,7 +218,7 @@ def ended_short(name: str, size: int, trailer: str | None) -> str:
 def _reject(why: str) -> NodeAnswerRejected:
     return NodeAnswerRejected(
         f"collection answer rejected: {why}; nothing of it was written",
-        hint="the node's shell or tar answered with something gpuboot's collection script "
+        hint="the node's shell, tar or gzip answered with something gpuboot's collection script "
         "never produces: inspect the node (a replaced tar, a hostile or broken shell)",
     )
 
