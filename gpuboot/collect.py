@@ -237,16 +237,14 @@ def inflate_cap(allowed: frozenset[str]) -> int:
     return MAX_NODE_BYTES + TAR_MEMBER_OVERHEAD * (len(allowed) + 1) + TAR_TAIL
 
 
-class _Inflated(io.RawIOBase):
-    """The payload's gzip, inflated as it is read and never past ``cap`` bytes: a gzip
-    bomb costs the controller at most the per-node cap, never its ratio."""
+class _Inflated:
+    """The payload's gzip, inflated as it is read (tarfile's stream reader needs only
+    ``read``) and never past ``cap`` bytes: a gzip bomb costs the controller at most the
+    per-node cap, never its ratio."""
 
     def __init__(self, data: bytes, cap: int):
         self._gz = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
         self._left = cap
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, size: int | None = -1) -> bytes:
         want = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
@@ -258,11 +256,6 @@ class _Inflated(io.RawIOBase):
         if self._left < 0:
             raise _reject("payload inflates past the per-node cap")
         return chunk
-
-    def readinto(self, buffer) -> int:  # io.RawIOBase's own read() would call it
-        chunk = self.read(len(buffer))
-        buffer[: len(chunk)] = chunk
-        return len(chunk)
 
 
 def _tar_members(payload: str, allowed: frozenset[str]) -> dict[str, bytes]:
