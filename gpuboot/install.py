@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -304,15 +303,7 @@ def install(
         connect(drain.kubeconfig, drain.context)  # an unusable kubeconfig is bad input too
     # the executors of the hosts' domains, asked their versions before any host: a skewed
     # one is bad input; one that does not answer leaves its hosts unknown, the rest go on
-    executors = route.candidates(inv, hosts)
-    if strategy == "mitogen" and executors:
-        raise BadInput(  # an executor's venv holds only what install needs to run linear
-            f"--strategy mitogen runs from the controller only: executor {executors[0]} "
-            "would run its hall's hosts",
-            where="--strategy",
-            hint=f"run it linear: gpuboot install -i {shlex.quote(str(inv.path))}",
-        )
-    answers = route.preflight(inv, executors)
+    answers = route.preflight(inv, route.candidates(inv, hosts))
     fleet = Fleet(
         answered={n for n, why in answers.items() if why is None},
         unanswered={n: why for n, why in answers.items() if why is not None},

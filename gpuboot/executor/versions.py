@@ -22,6 +22,10 @@ from gpuboot.errors import BadInput, RunError
 from gpuboot.executor.stream import Executor
 
 PACKAGES = ("ansible-core", "ansible-runner", "gpuboot")
+# Installed on the controller by choice (gpuboot[fast]: --strategy mitogen): shipped to the
+# executors too, and held to the same version, so a run behaves alike on either side.
+OPTIONAL = ("mitogen",)
+REPORTED = (*PACKAGES, *OPTIONAL)
 SOURCE = "gpuboot-source"  # the digest's key beside the versions
 NOT_INSTALLED = "not installed"
 NOT_REPORTED = "none reported"  # by a supervisor older than the digest
@@ -59,9 +63,10 @@ def source_digest(package: Path) -> str:
 
 
 def local_versions() -> dict[str, str]:
-    """The three packages' versions here and the digest of the gpuboot code that runs."""
+    """The packages' versions here (an optional one "not installed" when it is not) and the
+    digest of the gpuboot code that runs."""
     found = {}
-    for name in PACKAGES:
+    for name in REPORTED:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -77,7 +82,7 @@ def check_skew(
     same versions, that its gpuboot code differs (``inventory`` names it for the fix)."""
     # setup installs the controller's own wheels offline (a hall has no package index)
     setup = f"gpuboot executor setup -i {shlex.quote(str(inventory))} --limit {executor}"
-    differ = [p for p in PACKAGES if remote.get(p) != local.get(p)]
+    differ = [p for p in REPORTED if remote.get(p, NOT_INSTALLED) != local.get(p, NOT_INSTALLED)]
     if differ:
         said = "; ".join(f"{p} {remote.get(p)} there, {local.get(p)} here" for p in differ)
         raise BadInput(
@@ -109,7 +114,7 @@ def remote_versions(argv: list[str], timeout_s: float = 60.0) -> dict[str, str]:
             f"the executor did not report its versions (exit {done.returncode}): {last}",
             where=" ".join(argv[:-1]),
         )
-    found = {p: str(answer.get(p, NOT_INSTALLED)) for p in PACKAGES}
+    found = {p: str(answer.get(p, NOT_INSTALLED)) for p in REPORTED}
     return {**found, SOURCE: str(answer.get(SOURCE, NOT_REPORTED))}
 
 

@@ -31,7 +31,7 @@ from packaging.requirements import Requirement
 
 from gpuboot import paths
 from gpuboot.errors import RunError
-from gpuboot.executor.versions import PACKAGES
+from gpuboot.executor.versions import OPTIONAL, PACKAGES
 
 BOOTSTRAP = "pip"  # run from its wheel to install the others: the venv is made without pip
 # Installed-only files a wheel does not carry (RECORD is written anew).
@@ -208,7 +208,8 @@ def build_from_source(root: Path, files: list[str], out_dir: Path, work: Path) -
 
 def ensure(progress=lambda _msg: None) -> Wheelhouse:
     """The cached wheelhouse of this controller's versions, built on first use."""
-    dists = requirements((*PACKAGES, BOOTSTRAP))
+    optional = tuple(p for p in OPTIONAL if any(metadata.distributions(name=p)))  # installed
+    dists = requirements((*PACKAGES, *optional, BOOTSTRAP))
     trees = {n: root for n, d in dists.items() if (root := _source_dir(d)) is not None}
     files = {
         n: _tree_files(root, (dists[n].read_text("top_level.txt") or n).split())

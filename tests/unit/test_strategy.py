@@ -1,6 +1,5 @@
 """install --strategy: Ansible's own (linear) or mitogen's (gpuboot[fast]). An unknown name,
-or mitogen when it is not installed or a host would run on an executor (whose venv has no
-mitogen), is refused (exit 2) before any host is touched."""
+or mitogen when it is not installed, is refused (exit 2) before any host is touched."""
 
 from __future__ import annotations
 
@@ -47,22 +46,3 @@ def test_mitogen_settings_name_its_strategy_plugins():
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert env["ANSIBLE_STRATEGY_PLUGINS"].endswith("ansible_mitogen/plugins/strategy")
     assert "ANSIBLE_STRATEGY" not in runner.ansible_env(runner.paths.home())
-
-
-def test_mitogen_for_a_hall_that_runs_on_an_executor_is_refused_before_any_host(
-    tmp_path, inv, capsys, monkeypatch
-):
-    pytest.importorskip("ansible_mitogen")
-    from gpuboot.executor import route
-
-    monkeypatch.setattr(route, "preflight", lambda *_a: pytest.fail("an executor was asked"))
-    path = tmp_path / "halls.yml"
-    path.write_text(
-        INVENTORY.replace("192.0.2.10\n", "192.0.2.10\n      gpuboot_domain: hall-a\n")
-        + "  children:\n    gpuboot_executors:\n      hosts:\n        ex-a:\n"
-        "          ansible_host: 192.0.2.20\n          gpuboot_executor_domains: [hall-a]\n"
-    )
-    assert cli.main(["install", "-i", str(path), "--strategy", "mitogen"]) == 2
-    err = capsys.readouterr().err
-    assert "--strategy mitogen runs from the controller only: executor ex-a" in err
-    assert f"gpuboot install -i {path}" in err

@@ -300,3 +300,28 @@ def test_a_skewed_executor_is_refused_before_any_host(executors, capsys):
     runs = executors["tmp"] / "runs"
     assert not runs.exists() or not list(runs.glob("*-install-*"))
     assert not (executors["tmp"] / "jobs-ex-a").exists()  # no job started anywhere
+
+
+def test_mitogen_drives_the_play_on_the_executors_too(executors, capsys):
+    """The executor's ansible-playbook runs under mitogen's strategy: a strategy only
+    mitogen ships (Ansible refuses an unknown one), the play naming none of its own."""
+    pytest.importorskip("ansible_mitogen")
+    (executors["plays"] / "install.yml").write_text(
+        PLAY.replace("  strategy: free\n", "").replace(
+            "ansible.builtin.debug: {msg: go}",
+            "ansible.builtin.debug: {msg: \"{{ lookup('env', 'ANSIBLE_STRATEGY') }}\"}",
+        )
+    )
+    executors["gate"].touch()
+    code, doc = _install(executors, capsys, "--strategy", "mitogen")
+    assert code == 0
+    assert _statuses(doc) == {"a1": ("ok", "ex-a"), "a2": ("ok", "ex-a"), "b1": ("ok", "ex-b")}
+    said = set()
+    for journal in Path(doc["run_dir"]).glob("shards/*/journal.jsonl"):
+        for line in journal.read_text().splitlines():
+            event = json.loads(line).get("d")
+            if isinstance(event, dict) and event.get("event") == "runner_on_ok":
+                data = event.get("event_data") or {}
+                if data.get("task") == "started":
+                    said.add(data["res"]["msg"])
+    assert said == {"mitogen_linear"}

@@ -58,9 +58,9 @@ def test_other_code_at_the_same_version_is_bad_input_naming_the_setup_command():
     assert err.value.hint == "gpuboot executor setup -i '/etc/gpuboot/hall a.yml' --limit exec1"
 
 
-def test_local_versions_name_the_three_packages_and_the_code():
+def test_local_versions_name_the_packages_and_the_code():
     found = local_versions()
-    assert set(found) == set(LOCAL)
+    assert set(found) == {*LOCAL, "mitogen"}  # mitogen: its version, or "not installed"
     assert len(found[SOURCE]) == 24 and int(found[SOURCE], 16) >= 0
 
 
@@ -162,3 +162,13 @@ def test_an_executor_that_cannot_answer_is_a_harness_error_not_bad_input():
     executor = Executor("mute", (sys.executable, "-c", "import sys; sys.exit(255)"))
     with pytest.raises(RunError, match="exit 255"):
         check_executor(executor, INVENTORY, local_versions())
+
+
+@pytest.mark.parametrize("there", ["not installed", "0.3.50"])
+def test_an_executor_without_the_controllers_mitogen_is_refused(there):
+    """mitogen installed here (gpuboot[fast]) is the executors' too: a run with --strategy
+    mitogen must behave alike on either side."""
+    here = {**LOCAL, "mitogen": "0.3.54"}
+    with pytest.raises(BadInput, match=f"mitogen {there} there, 0.3.54 here"):
+        check_skew("exec1", {**here, "mitogen": there}, here, INVENTORY)
+    check_skew("exec1", dict(LOCAL), LOCAL, INVENTORY)  # neither side has it: alike

@@ -96,3 +96,22 @@ def test_a_wheelhouse_is_built_once_per_key_and_the_newest_few_are_kept(
     assert wheelhouse.ensure().key == "newest"
     assert len([p for p in home.iterdir() if p.is_dir()]) == wheelhouse.KEEP
     assert (home / "newest").is_dir()
+
+
+def test_the_wheelhouse_packs_mitogen_when_the_controller_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("ansible_mitogen")
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path))
+    monkeypatch.setattr(wheelhouse, "_source_dir", lambda _dist: None)
+    packed: list[str] = []
+
+    def build(dists, trees, files, home: Path, key: str) -> None:
+        packed.extend(dists)
+        (home / key).mkdir(parents=True)
+        doc = {"wheels": [], "pip": "pip-1-py3-none-any.whl", "python": "3.11"}
+        (home / key / "wheelhouse.json").write_text(json.dumps(doc))
+
+    monkeypatch.setattr(wheelhouse, "_build", build)
+    wheelhouse.ensure()
+    assert "mitogen" in packed and "gpuboot" in packed
