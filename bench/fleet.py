@@ -18,19 +18,22 @@ same nodes (its baseline, so load moves both alike):
 then the targets, and a projection to 1,024 and 10,000 nodes from the per-node costs
 (its model and assumptions printed with it).
 
-Mode `mitogen`: a plain lab where install (first converge, no-op) runs with
-`--strategy mitogen` (gpuboot[fast]), set against the direct lab's linear strategy.
+Modes `mitogen` and `mitogen-executors`: a plain lab, or one of 2 halls, where install
+(first converge, no-op) runs with `--strategy mitogen` (gpuboot[fast]; executor setup ships
+it to the executors), set against the linear strategy of the same kind of lab.
 
 A hall node is out of the controller's reach, so the executor lab's ping goes through
 the hall's executor (ssh ProxyCommand): the same nodes, one extra hop.
 
 Usage: .venv/bin/python bench/fleet.py [--sizes 10,20,40]
-       [--modes direct,executors,mitogen] [--json] [--out RUN.json] [--add EARLIER.json ...]
+       [--modes direct,executors,mitogen,mitogen-executors] [--json] [--out RUN.json]
+       [--add EARLIER.json ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -43,11 +46,14 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
 GPUBOOT = str(PROJECT / ".venv" / "bin" / "gpuboot")
-MODES = ("direct", "executors", "mitogen")
+MODES = ("direct", "executors", "mitogen", "mitogen-executors")
 PROJECTED = ("direct", "executors")  # the modes the model fits (mitogen: set against direct)
-HALLS = {"direct": 0, "executors": 2, "mitogen": 0}
+HALLS = {"direct": 0, "executors": 2, "mitogen": 0, "mitogen-executors": 2}
+# each mitogen mode against the linear mode of the same kind of lab
+LINEAR_OF = {"mitogen": "direct", "mitogen-executors": "executors"}
 VERBS = ("install_first", "install_noop", "certify_none", "certify_quick", "scan")
-MODE_VERBS = {"direct": VERBS, "executors": VERBS, "mitogen": ("install_first", "install_noop")}
+INSTALLS = ("install_first", "install_noop")
+MODE_VERBS = {"direct": VERBS, "executors": VERBS} | dict.fromkeys(LINEAR_OF, INSTALLS)
 ARGV = {
     "install_first": ["install"],
     "install_noop": ["install"],
@@ -55,7 +61,8 @@ ARGV = {
     "certify_quick": ["certify", "--probes", "quick"],
     "scan": ["scan", "--probes", "none"],
 }
-MODE_ARGV = {"mitogen": ["--strategy", "mitogen"]}  # after a verb's own (install's only)
+MITOGEN = ["--strategy", "mitogen"]
+MODE_ARGV = {"mitogen": MITOGEN, "mitogen-executors": MITOGEN}  # after install's own
 JUDGED = ("certify_none", "certify_quick", "scan")  # verbs whose evidence is judged again
 PROJECT_TO = (1024, 10000)
 PROJECT_EXECUTORS = (2, 8, 32)
@@ -324,16 +331,16 @@ def floor_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
 
 
 def mitogen_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
-    """Install with mitogen's strategy against the direct lab's linear one, per size."""
+    """Install with mitogen's strategy against the same kind of lab's linear one, per size."""
     rows = []
     for size, by_mode in sorted(runs.items()):
-        for verb in ("install_first", "install_noop"):
-            m = by_mode.get("mitogen", {}).get(verb)
-            d = by_mode.get("direct", {}).get(verb)
+        for (mode, linear), verb in itertools.product(LINEAR_OF.items(), INSTALLS):
+            m = by_mode.get(mode, {}).get(verb)
+            d = by_mode.get(linear, {}).get(verb)
             if not (m and d and m.measured and d.measured and d.wall_s and d.cpu_s):
                 continue
             rows.append(
-                f"  {size} nodes, {verb}: wall {m.wall_s:.1f} / {d.wall_s:.1f} s = "
+                f"  {size} nodes, {mode} {verb}: wall {m.wall_s:.1f} / {d.wall_s:.1f} s = "
                 f"{m.wall_s / d.wall_s:.2f}x, CPU/node {m.cpu_s / size:.3f} / "
                 f"{d.cpu_s / size:.3f} s = {m.cpu_s / d.cpu_s:.2f}x"
             )
@@ -375,7 +382,7 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
     if floors := floor_rows(runs):
         lines += ["", "judging floor, through 2 executors against direct (CPU per node):", *floors]
     if mitogen := mitogen_rows(runs):
-        lines += ["", "install with --strategy mitogen / linear (direct labs):", *mitogen]
+        lines += ["", "install with --strategy mitogen / linear (the same kind of lab):", *mitogen]
     lines.append("")
     lines.append(MODEL.replace("`cores`", str(doc["cores"])))
     lines.append("")
@@ -561,8 +568,8 @@ def main() -> int:
     parser.add_argument(
         "--modes",
         default="direct,executors",
-        help="a comma list of: direct, executors (2 halls), mitogen (direct, install only, "
-        "--strategy mitogen)",
+        help="a comma list of: direct, executors (2 halls), mitogen and mitogen-executors "
+        "(install only, --strategy mitogen, on a plain lab or one of 2 halls)",
     )
     parser.add_argument("--stack", default="lts-550-cuda12.4")
     parser.add_argument("--json", action="store_true")

@@ -114,8 +114,8 @@ def test_report_row_splits_journal_from_the_rest_and_shows_judge_and_net(fleet):
     assert fleet._row(10, "direct", r).split()[7:9] == ["-", "-"]
 
 
-def test_mitogen_is_set_against_direct_and_kept_out_of_the_model(fleet):
-    first = {"direct": 20.0, "mitogen": 12.0}
+def test_mitogen_is_set_against_the_same_kind_of_lab_and_kept_out_of_the_model(fleet):
+    first = {"direct": 20.0, "mitogen": 12.0, "executors": 30.0, "mitogen-executors": 15.0}
     runs = {
         4: {
             mode: {"install_first": fleet.Run("install_first", wall, wall / 2, 0, 1.0, 0.1)}
@@ -123,11 +123,15 @@ def test_mitogen_is_set_against_direct_and_kept_out_of_the_model(fleet):
         }
     }
     assert fleet.mitogen_rows(runs) == [
-        "  4 nodes, install_first: wall 12.0 / 20.0 s = 0.60x, CPU/node 1.500 / 2.500 s = 0.60x"
+        "  4 nodes, mitogen install_first: wall 12.0 / 20.0 s = 0.60x, "
+        "CPU/node 1.500 / 2.500 s = 0.60x",
+        "  4 nodes, mitogen-executors install_first: wall 15.0 / 30.0 s = 0.50x, "
+        "CPU/node 1.875 / 3.750 s = 0.50x",
     ]
-    assert set(fleet.fits(runs)["install_first"]) == {"direct"}
+    assert set(fleet.fits(runs)["install_first"]) == {"direct", "executors"}
     doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
-    assert "install with --strategy mitogen / linear (direct labs):" in fleet.report_text(doc, runs)
+    text = fleet.report_text(doc, runs)
+    assert "install with --strategy mitogen / linear (the same kind of lab):" in text
 
 
 def test_an_earlier_document_without_the_floor_reads_back(fleet):
