@@ -28,8 +28,9 @@ from gpuboot.bundle.model import MAX_NODE_BYTES
 from gpuboot.errors import GpubootError
 
 KILL_GRACE_S = 10  # for the killed ssh's pipes to close and testinfra to return
-# The largest answer a node sends: the collection script's base64 tar of a node's files at
-# their cap (gpuboot.collect), with room for the tar's headers.
+# The largest answer a node sends: the collection script's base64 of a node's files at their
+# cap (gpuboot.collect: a gzipped tar, which incompressible output does not shrink), with
+# room for the tar's headers.
 MAX_ANSWER_BYTES = (MAX_NODE_BYTES + 64 * 1024) * 4 // 3 + 64 * 1024
 STDERR_KEPT = 1024 * 1024  # ssh's and the shell's complaints: read for their last line
 READ_CHUNK = 256 * 1024

@@ -405,8 +405,9 @@ def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir / "cp"),
         "ANSIBLE_TIMEOUT": "20",
         # ansible-runner's callback empties a task result past 700,000 characters: an
-        # executor's collection answer (probe outputs, base64, twice) is larger, and would
-        # arrive as nothing. Kept under the stream's own line cap (gpuboot.executor.wire).
+        # executor's collection answer (a node's probe outputs, gzipped, base64) can be
+        # larger, and would arrive as nothing. Kept under the stream's own line cap
+        # (gpuboot.executor.wire).
         "MAX_EVENT_RES": str(EVENT_RES_MAX),
     }
 

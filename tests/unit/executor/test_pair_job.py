@@ -194,6 +194,28 @@ def test_a_round_runs_as_one_job_each_server_started_before_its_client(tmp_path)
     assert [p.name for p in (tmp_path / "run" / "shards").iterdir()] == ["ex1-1"]
 
 
+@pytest.mark.subprocess
+def test_a_server_whose_tool_cannot_start_fails_its_first_task_and_its_rc_is_kept(
+    tmp_path, monkeypatch
+):
+    """Its directory is taken (mkdir fails: exit 97): the start task fails, no answer is
+    waited for, and the side says the tool did not start, with the node's own words."""
+    token = uuid.UUID(int=0x97)
+    taken = Path(pair_job.SERVER_DIR.format(token=token.hex))
+    taken.mkdir()
+    monkeypatch.setattr(pair_job.uuid, "uuid4", lambda: token)
+    try:
+        play = pair_job.rounds_on(
+            local_supervisor(tmp_path), {"n1": LOCAL, "n2": LOCAL}, {"n1": 30, "n2": 30},
+            tmp_path / "run",
+        )  # fmt: skip
+        ((srv, _cli),) = play([("n1", "n2", "echo served", "echo hi")])
+    finally:
+        shutil.rmtree(taken, ignore_errors=True)
+    assert srv[1] is False and srv[0].rc == 97
+    assert srv[0].stderr.startswith("the pair tool did not start: mkdir")
+
+
 def _collected(host: str, domain: str) -> tuple[NodeEvidence, tuple[dict, dict]]:
     entry = _entries({})[host]
     hostvars = {**entry["hostvars"], "gpuboot_domain": domain}

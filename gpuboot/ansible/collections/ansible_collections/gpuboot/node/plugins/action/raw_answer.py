@@ -28,5 +28,6 @@ class ActionModule(ActionBase):
         # executable=False: the command as given, like raw (no `sh -c ... ; sleep 0`)
         answer = self._low_level_execute_command(args["cmd"], executable=False)
         result.update({key: answer[key] for key in KEPT})
-        result["changed"] = False
+        # said, or Ansible fails a result whose rc is not 0 (a task's failed_when still may)
+        result.update(changed=False, failed=False)
         return result
