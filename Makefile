@@ -67,8 +67,10 @@ test: test-gate test-lab
 test-fast: $(STAMPS)/venv
 	$(BIN)/python -m pytest tests -m "$(UNIT) and not subprocess" -x -q -p no:cacheprovider
 
+# Two workers, a test module each at a time (a module's fixtures are built once): every
+# unit test has its own GPUBOOT_HOME and probe lock (tests/conftest.py), so two never meet.
 test-gate: test-fast $(STAMPS)/system $(STAMPS)/promtool lint
-	$(BIN)/python -m pytest tests -m "$(UNIT) and subprocess" -x -q
+	$(BIN)/python -m pytest tests -m "$(UNIT) and subprocess" -x -q -n 2 --dist loadfile
 
 # Two workers, a test module each at a time (its lab goes with it): lab tests mostly wait on
 # nodes booting and on ssh, so two of them share the two cores well.

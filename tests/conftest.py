@@ -26,6 +26,25 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_RUNS, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _unit_state_of_its_own(request, tmp_path_factory, monkeypatch):
+    """A unit test keeps its state to itself, so two workers (make test-gate runs two) never
+    meet: a GPUBOOT_HOME of its own (host locks, executor jobs, scan history and breakers
+    live there, by default in the operator's home), and its worker's own probe lock. The
+    emulated nodes run on this host, so their collection scripts share its /run: a probe
+    run on one worker would make the other's look busy. A pytest-xdist worker also has
+    COLUMNS=80 set: the text tables would be cut as on a terminal, unlike a serial run
+    into a pipe. Lab, molecule and browser tests keep the real home: the lab image and
+    repository are built there once."""
+    if any(request.node.get_closest_marker(m) for m in ("lab", "molecule", "browser")):
+        return
+    from gpuboot import probes
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path_factory.mktemp("gpuboot-home")))
+    monkeypatch.setattr(probes, "LOCK", str(tmp_path_factory.getbasetemp() / "probes.lock"))
+
+
 def _require_podman() -> None:
     if os.environ.get("CI") and not shutil.which("podman"):
         pytest.fail("podman is missing on CI: `make setup` should have installed it")
