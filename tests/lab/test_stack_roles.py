@@ -1,6 +1,7 @@
 """The whole stack's roles on node1 of a lab: converge a stack, stay put, upgrade, reboot,
-downgrade; last, node2 joins on the other branch and `matrix import` pins both halls. One
-lab, tests run in file order (each builds on the node the previous left)."""
+downgrade (after each change and its reboot, certify passes and every role is
+idempotent); last, node2 joins on the other branch and `matrix import` pins both halls.
+One lab, tests run in file order (each builds on the node the previous left)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,14 @@ def plan_changes(lab) -> dict:
         for i in node["items"]
         if i["action"] != "keep" and not i["package"].startswith("linux-")
     }
+
+
+def certify_passes(lab) -> None:
+    """certify's rules (the molecule verifier runs the same) find nothing wrong with node1."""
+    proc = gpuboot("certify", "-i", str(lab.inventory), "--probes", "none", "--json")
+    (node,) = json.loads(proc.stdout)["nodes"]
+    wrong = {f["rule"]: f["reason"] for f in node["findings"] if f["status"] != "PASS"}
+    assert proc.returncode == 0 and node["verdict"] == "PASS", wrong
 
 
 def test_check_mode_on_a_fresh_node_fails_nothing_and_changes_nothing(lab):
@@ -276,7 +285,8 @@ def test_upgrade_to_570_then_reboot_loads_it(lab, cluster):
     assert "Driver Version: 570.133.20" in ssh_ok(lab, "nvidia-smi")
     assert "nvidia_peermem" in ssh_ok(lab, "lsmod")  # modules-load.d brought it back
     assert plan_changes(lab) == {}
-    assert install(lab)["changed"] == 0
+    certify_passes(lab)
+    assert install(lab, "--full")["changed"] == 0  # every role, over the changed stack
     # Nothing changes now: a cluster member is not drained again.
     requests = len(server.requests)
     assert install(lab, "--kubeconfig", kubeconfig)["changed"] == 0
@@ -290,7 +300,8 @@ def test_downgrade_back_to_550(lab):
     labmod.reboot(lab.name, "node1")
     assert "Driver Version: 550.54.15" in ssh_ok(lab, "nvidia-smi")
     assert plan_changes(lab) == {}
-    assert install(lab)["changed"] == 0
+    certify_passes(lab)
+    assert install(lab, "--full")["changed"] == 0
 
 
 LEASE = "/var/lib/gpuboot/lease.json"
