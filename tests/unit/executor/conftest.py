@@ -169,3 +169,23 @@ def local_supervisor(tmp_path: Path, bindir: Path | None = None):
     path = ("env", f"PATH={bindir}:{os.environ['PATH']}") if bindir else ()
     supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
     return Executor("ex1", (*path, *supervisor, "--jobs-dir", str(tmp_path / "jobs")))
+
+
+@pytest.fixture
+def wheelhouses_built(tmp_path, monkeypatch) -> list[tuple[str, list[str]]]:
+    """wheelhouse.ensure() with no wheel really built: each build recorded as (its key, the
+    distributions it packs), leaving the wheelhouse.json ensure reads back."""
+    from gpuboot.executor import wheelhouse
+
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path))
+    monkeypatch.setattr(wheelhouse, "_source_dir", lambda _dist: None)  # no tree to build
+    built: list[tuple[str, list[str]]] = []
+
+    def build(dists, trees, files, home: Path, key: str) -> None:
+        built.append((key, list(dists)))
+        (home / key).mkdir(parents=True)
+        doc = {"wheels": ["pip-1-py3-none-any.whl"], "pip": "pip-1-py3-none-any.whl"}
+        (home / key / "wheelhouse.json").write_text(json.dumps({**doc, "python": "3.11"}))
+
+    monkeypatch.setattr(wheelhouse, "_build", build)
+    return built

@@ -8,7 +8,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -74,21 +73,10 @@ def test_the_cache_key_changes_with_a_version_or_a_source_tree() -> None:
 
 
 def test_a_wheelhouse_is_built_once_per_key_and_the_newest_few_are_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wheelhouses_built
 ) -> None:
-    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path))
-    monkeypatch.setattr(wheelhouse, "_source_dir", lambda _dist: None)  # no tree to build
-    built: list[str] = []
-
-    def build(dists, trees, files, home: Path, key: str) -> None:
-        built.append(key)
-        (home / key).mkdir(parents=True)
-        doc = {"wheels": ["pip-1-py3-none-any.whl"], "pip": "pip-1-py3-none-any.whl"}
-        (home / key / "wheelhouse.json").write_text(json.dumps({**doc, "python": "3.11"}))
-
-    monkeypatch.setattr(wheelhouse, "_build", build)
     first = wheelhouse.ensure()
-    assert wheelhouse.ensure() == first and built == [first.key]
+    assert wheelhouse.ensure() == first and [k for k, _ in wheelhouses_built] == [first.key]
     home = tmp_path / "executor-wheelhouse"
     for old in ("old1", "old2", "old3"):
         (home / old).mkdir()
@@ -98,20 +86,8 @@ def test_a_wheelhouse_is_built_once_per_key_and_the_newest_few_are_kept(
     assert (home / "newest").is_dir()
 
 
-def test_the_wheelhouse_packs_mitogen_when_the_controller_has_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_wheelhouse_packs_mitogen_when_the_controller_has_it(wheelhouses_built) -> None:
     pytest.importorskip("ansible_mitogen")
-    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path))
-    monkeypatch.setattr(wheelhouse, "_source_dir", lambda _dist: None)
-    packed: list[str] = []
-
-    def build(dists, trees, files, home: Path, key: str) -> None:
-        packed.extend(dists)
-        (home / key).mkdir(parents=True)
-        doc = {"wheels": [], "pip": "pip-1-py3-none-any.whl", "python": "3.11"}
-        (home / key / "wheelhouse.json").write_text(json.dumps(doc))
-
-    monkeypatch.setattr(wheelhouse, "_build", build)
     wheelhouse.ensure()
+    ((_key, packed),) = wheelhouses_built
     assert "mitogen" in packed and "gpuboot" in packed
