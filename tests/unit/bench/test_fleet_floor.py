@@ -254,3 +254,18 @@ def test_a_failed_executor_setup_is_told_by_its_executors_reasons(fleet, procs):
     doc = {"executors": {"hall-a": {"status": "failed", "reason": "other code"}, "hall-b": {}}}
     t = procs.Timing(1.0, 0.1, 1, json.dumps(doc), "")
     assert fleet._why(t) == "hall-a: other code"
+
+
+def test_a_wall_target_names_the_floor_of_the_machines_busy_cores(fleet, monkeypatch):
+    """The lab's nodes share the controller's cores: a wall near busy / cores was the
+    machine's work, which no controller change removes."""
+    monkeypatch.setattr(fleet.os, "cpu_count", lambda: 2)
+    scan = fleet.Run("scan", 24.0, 6.0, 0, 7.0, 1.0)
+    scan.busy_s = 44.0
+    runs = {40: {"direct": {"scan": scan}}}
+    (row,) = fleet.targets(runs)
+    assert not row["met"] and row["floor"]["wall_floor_s"] == 22.0
+    assert (
+        "busy 44.0 s (nodes and controller) = 22.0 s of wall = 3.14x ping" in (row["floor"]["text"])
+    )
+    assert "the wall was 1.09x that floor" in row["floor"]["text"]
