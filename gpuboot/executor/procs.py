@@ -91,12 +91,14 @@ def end_tree(root: int, grace_s: float = 5.0) -> list[int]:
 
 
 def _marked(marker: bytes) -> list[int]:
-    """Processes whose command line names ``marker`` (a job's own data directory)."""
+    """Processes whose command line names ``marker`` (a job's own data directory) or a
+    path under it: the whole path, never a longer name that starts with it."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if marker in fh.read():
+                line = fh.read()
+                if marker + b"/" in line or marker + b"\0" in line:
                     found.append(int(entry))
     return found
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from gpuboot.executor import jobs
+import pytest
+
+from gpuboot.executor import jobs, procs
 
 # A pid no process has: above the kernel's pid_max.
 DEAD_PID = 2**23
@@ -61,3 +65,19 @@ def test_release_refuses_a_live_job(tmp_path):
     finally:
         os.close(fd)
     assert jobs.release(job) is True and not job.dir.exists()
+
+
+@pytest.mark.subprocess
+def test_what_a_dead_job_left_running_is_ended_and_nothing_of_another_job(tmp_path):
+    """Only processes naming the job's own data directory (or a path under it) are ended:
+    a neighbour whose directory name merely starts the same way keeps running."""
+    mine, neighbour = tmp_path / "job1" / "data", tmp_path / "job1" / "data2"
+    code = "import time; time.sleep(60)"
+    left = subprocess.Popen([sys.executable, "-c", code, str(mine / "inventory")])
+    other = subprocess.Popen([sys.executable, "-c", code, str(neighbour)])
+    try:
+        assert procs.end_marked(str(mine)) == [left.pid]
+        assert left.wait(10) != 0 and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
