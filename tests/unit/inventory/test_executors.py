@@ -3,6 +3,8 @@ host is touched, naming the file, the host and key, and the fix."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuboot.errors import EXIT_BAD_INPUT, BadInput
@@ -118,3 +120,34 @@ def test_an_inventory_of_executors_only_is_refused(tmp_path):
     text = "all:\n  children:\n" + EXECUTORS
     with pytest.raises(BadInput, match="no hosts besides its executors"):
         _load(tmp_path, text)
+
+
+def _with_executor_user(user: str) -> str:
+    return GPU + EXECUTORS.replace("[hall-a]}", f"[hall-a], ansible_user: {json.dumps(user)}}}")
+
+
+def test_a_hostile_executor_user_never_reaches_the_unit(tmp_path):
+    """A line break would add a line to the systemd unit executor setup writes (User=):
+    refused at load, naming the key (the ssh check of every host's user refuses it first)."""
+    with pytest.raises(BadInput) as caught:
+        _load(tmp_path, _with_executor_user("root\nExecStartPre=/bin/sh"))
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert caught.value.where == f"{tmp_path / 'inv.yml'}: ex-a.ansible_user"
+    assert "not a user name" in caught.value.message and caught.value.hint
+
+
+@pytest.mark.parametrize("user", ["0", "1admin", "Admin", "ad.min", "a" * 33])
+def test_an_executor_user_that_is_no_portable_posix_name_is_refused_at_load(tmp_path, user):
+    """Names ssh takes but a systemd unit's User= does not take as a name ("0" is a uid)."""
+    with pytest.raises(BadInput) as caught:
+        _load(tmp_path, _with_executor_user(user))
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert caught.value.where == f"{tmp_path / 'inv.yml'}: ex-a.ansible_user"
+    assert "portable POSIX user name" in caught.value.message
+    assert "[a-z_][a-z0-9_-]{0,31}" in caught.value.hint
+
+
+@pytest.mark.parametrize("user", ["gpuboot", "_svc", "ops-1", "a" * 32])
+def test_a_portable_executor_user_is_taken(tmp_path, user):
+    inv = _load(tmp_path, _with_executor_user(user))
+    assert inv.executors["ex-a"].hostvars["ansible_user"] == user
