@@ -119,8 +119,9 @@ def release(job: Job) -> bool:
 
 def collect_garbage(root: Path, keep_s: float = KEEP_S) -> list[str]:
     """Dead jobs: what they left running ended and their ``data/`` removed at once (a
-    supervisor killed outright leaves its secrets, and the task its play had in flight),
-    the rest once its spool is ``keep_s`` old. The job ids removed whole."""
+    supervisor killed outright leaves its secrets; its guard ends the job's processes unless
+    it was killed too), the rest once its spool is ``keep_s`` old. The job ids removed
+    whole."""
     removed = []
     ids = {p.name.removesuffix(".lock") for p in root.iterdir() if not p.name.startswith(".")}
     for job_id in sorted(ids):

@@ -2,9 +2,10 @@
 
 ansible-runner starts ansible-playbook under a pty in a session of its own, and each of
 Ansible's workers takes yet another: killing the worker's process group misses them, and
-a worker killed outright leaves ansible-playbook running as an orphan. The supervisor is
-made a child subreaper, so an orphan of its tree becomes its child instead of init's, and
-its descendants are found in /proc by parent pid and ended by pid and process group.
+a worker killed outright leaves ansible-playbook running as an orphan. The supervisor and
+the worker's guard are made child subreapers, so an orphan of their tree becomes their
+child instead of init's, and their descendants are found in /proc by parent pid and ended
+by pid and process group.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def become_subreaper() -> bool:
 
 
 def term_with_parent() -> None:
-    """In a child between fork and exec: SIGTERM when the process that started it dies
-    (killed outright, nothing left to end its tree), so the worker cancels its run."""
+    """SIGTERM to this process when the thread that started it dies (the worker's guard:
+    its supervisor killed outright, nothing else left to end the job's tree). The caller
+    checks its parent afterwards: one that died before this call sends nothing."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
@@ -106,9 +108,8 @@ def _marked(marker: bytes) -> list[int]:
 def end_marked(marker: str) -> list[int]:
     """End what a dead job left running: every process whose command line names its data
     directory (ansible-playbook and Ansible's forks of it: each names the job's inventory),
-    their process groups and their descendants. A supervisor killed outright ends nothing;
-    its worker cancels (the parent-death signal), but a task in flight runs in a session of
-    its own. The pids ended."""
+    their process groups and their descendants: what is left when the supervisor and the
+    worker's guard were both killed outright. The pids ended."""
     ended: list[int] = []
     for pid in _marked(marker.encode()):
         info = _stat(str(pid))

@@ -1,7 +1,8 @@
 """The executor's side of a shard (``gpuboot-executor-worker``, ``python -m
 gpuboot.executor.supervisor``): ``ansible-runner worker`` supervised.
 
-``run`` starts the worker in a session of its own with an environment reduced to an
+``run`` starts the worker under its guard (``guard``: a supervisor killed outright
+takes the job's processes with it) in a session of its own with an environment reduced to an
 allow-list (the worker sends its whole environment back in its first status line and in
 its artifacts), spools its stream to ``<job>/stream`` and forwards the spool to stdout
 without ever blocking on it: when the controller goes away the job goes on into the spool
@@ -141,22 +142,34 @@ def _pump_stdin(pipe: IO[bytes], first: bytes) -> None:
             pipe.close()
 
 
-def _start_worker(job: jobs.Job, keepalive_s: str, lock_fd: int) -> subprocess.Popen:
+def _start_worker(
+    job: jobs.Job, keepalive_s: str, lock_fd: int, grace_s: float
+) -> tuple[subprocess.Popen, int | None]:
+    """The worker under its guard (guard.py: what the job started ends with the supervisor,
+    however it dies), in a session of its own; the guard and the worker's pid."""
     job.data.mkdir(mode=0o700)
-    with (job.dir / "worker.err").open("wb") as err:
-        return subprocess.Popen(
-            [
-                *(sys.executable, "-m", "ansible_runner", "worker"),
-                *("--private-data-dir", str(job.data), "--keepalive-seconds", keepalive_s),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=scrubbed_env(dict(os.environ)),
-            start_new_session=True,
-            pass_fds=(lock_fd,),  # the job stays live while its worker lives
-            preexec_fn=procs.term_with_parent,  # a supervisor killed outright: it cancels
-        )
+    pid_read, pid_write = os.pipe()
+    try:
+        with (job.dir / "worker.err").open("wb") as err:
+            guard = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "gpuboot.executor.guard", "--parent", str(os.getpid())),
+                    *("--pid-fd", str(pid_write), "--grace-seconds", str(grace_s), "--"),
+                    *(sys.executable, "-m", "ansible_runner", "worker"),
+                    *("--private-data-dir", str(job.data), "--keepalive-seconds", keepalive_s),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=scrubbed_env(dict(os.environ)),
+                start_new_session=True,
+                pass_fds=(lock_fd, pid_write),  # the job stays live while its worker lives
+            )
+    finally:
+        os.close(pid_write)
+    with os.fdopen(pid_read, "rb") as said:  # closed once the worker started, or the guard died
+        pid = said.read(32).strip()
+    return guard, int(pid) if pid.isdigit() else None
 
 
 def _write_meta(job: jobs.Job, **fields: object) -> None:
@@ -179,8 +192,15 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: cancel.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed session is a detach, not an end
-    worker = _start_worker(job, keepalive_s, lock_fd)
-    _write_meta(job, supervisor_pid=os.getpid(), worker_pid=worker.pid, started=time.time())
+    # the guard's pipes, signals and exit status are the worker's
+    worker, worker_pid = _start_worker(job, keepalive_s, lock_fd, grace_s)
+    _write_meta(
+        job,
+        supervisor_pid=os.getpid(),
+        guard_pid=worker.pid,
+        worker_pid=worker_pid,
+        started=time.time(),
+    )
     threading.Thread(target=_pump_stdin, args=(worker.stdin, first), daemon=True).start()
     out = worker.stdout.fileno()
     ended: list[int] = []
