@@ -5,6 +5,7 @@ pre-flight, routing, shards, the merged results, rollout.json, exit codes and --
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuboot import cli
-from gpuboot.executor import jobs, route
+from gpuboot.executor import jobs, procs, route, shards
 from gpuboot.executor.stream import Executor
 from gpuboot.executor.versions import local_versions
 from gpuboot.install import FINAL_TASK
@@ -248,6 +249,87 @@ def test_a_shard_whose_ssh_died_finishes_into_the_spool_and_resume_reads_it(exec
 def _job_meta_id(lab, name: str) -> str:
     (meta,) = (lab["tmp"] / f"jobs-{name}").glob("*/meta.json")
     return meta.parent.name
+
+
+# Keepalives every second and a short heartbeat, so a silent executor is lost in seconds.
+HEARTBEAT_S = 6.0
+
+
+def _freeze(root: int, frozen: list[int]) -> None:
+    """SIGSTOP ``root`` and every process under it, as `podman pause` freezes a host: each
+    stopped one is added to ``frozen`` (for the caller's SIGCONT), until none is left running
+    (a process stopped in the middle of a fork may leave a child to stop)."""
+    os.kill(root, signal.SIGSTOP)
+    frozen.append(root)
+    while True:
+        running = [
+            pid for pid in procs.descendants(root)
+            if (info := procs._stat(str(pid))) is not None and info[2] not in "Tt"
+        ]  # fmt: skip
+        if not running:
+            return
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+        time.sleep(0.05)
+
+
+def test_a_paused_executor_is_lost_within_the_heartbeat_and_resume_reads_its_spool(
+    executors, capsys, monkeypatch
+):
+    """ex-a's whole job frozen (its hall's management host paused) while a1 waits at its
+    gate: the controller hangs on nothing, the shard is lost within the heartbeat; once the
+    host runs again the job finishes into the spool, where --resume reads it."""
+    build_job = shards.build_job
+    monkeypatch.setattr(
+        shards,
+        "build_job",
+        lambda *a, **kw: build_job(*a, **kw, keepalive_s=1, heartbeat_s=HEARTBEAT_S),
+    )
+    pidfile = executors["tmp"] / "relay.pid"  # the controller's ssh, which is not paused
+    supervisor = _supervisor(executors, "ex-a")
+    executors["channels"]["ex-a"] = python_channel("ex-a", RELAY, str(pidfile), *supervisor.argv)
+    frozen: list[int] = []
+    box: dict = {}
+
+    def install() -> None:
+        box["code"], box["doc"] = _install(executors, capsys)
+
+    try:
+        watcher = _when_a1_waits(
+            executors, lambda: _freeze(_job_meta(executors, "ex-a")["supervisor_pid"], frozen)
+        )
+        installing = threading.Thread(target=install, daemon=True)
+        installing.start()
+        watcher.join(150)
+        assert frozen, "the job was not frozen"
+        installing.join(HEARTBEAT_S + 10)  # the silence noticed, nothing waited on
+        assert not installing.is_alive(), "the controller waits on the paused executor"
+        code, doc = box["code"], box["doc"]
+        assert code == 8
+        assert _statuses(doc) == {"a1": ("unknown", "ex-a"), "a2": ("ok", "ex-a"),
+                                  "b1": ("ok", "ex-b")}  # fmt: skip
+        assert "went silent" in doc["hosts"]["a1"]["reason"]
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    executors["gate"].touch()  # a1 finishes on the executor, into the spool
+    job = jobs.Job(executors["tmp"] / "jobs-ex-a", _job_meta_id(executors, "ex-a"))
+    deadline = time.monotonic() + 60
+    while jobs.is_live(job):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    del executors["channels"]["ex-a"]
+    code, again = _install(executors, capsys, "--resume")
+    assert code == 0
+    assert _statuses(again) == {"a1": ("ok", "ex-a")}
+    assert not (Path(again["run_dir"]) / "shards").exists()  # read from the spool, not re-run
+    assert not job.spool.exists()  # released once read
+    code, last = _install(executors, capsys)
+    assert code == 0 and {r["changed"] for r in last["hosts"].values()} == {0}
 
 
 # Forwards the supervisor's stream up to a byte count, then ends as if all was said.
