@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuboot import engine
+from gpuboot import engine, judging
 from gpuboot.bundle.manifest import NO_MANIFEST_HINT, Manifest, check_manifest, read_manifest
 from gpuboot.bundle.model import BundleError, Evidence
 from gpuboot.bundle.profile import SHIPPED, bundle_profile
@@ -206,7 +206,7 @@ def _judge_hosts(
     large = len(hosts) >= PARALLEL_FROM_HOSTS and cores >= 2
     if not large and not any(_heavy(root / h) for h in hosts):
         return [_judge_host(root, h, fixed_profile, manifest, key) for h in hosts]
-    reports = engine.judge_within_deadlines(
+    reports = judging.judge_within_deadlines(
         {h: functools.partial(_judge_host, root, h, fixed_profile, manifest, key) for h in hosts},
         lambda _host: engine.JUDGE_DEADLINE_S,
         _node_error,

@@ -16,17 +16,14 @@ run in a worker process that is ended at its deadline).
 from __future__ import annotations
 
 import functools
-import multiprocessing
-import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from gpuboot import paths
+from gpuboot import judging, paths
 from gpuboot.bundle.manifest import write_manifest
 from gpuboot.bundle.model import ProbeOutput
 from gpuboot.bundle.store import bundle_host_dir, write_host_bundle
@@ -206,93 +203,6 @@ def judge(name: str, outcome: Outcome) -> NodeReport:
     return node_report(name, rules.evaluate(outcome.evidence, ctx))
 
 
-class JudgingStopped(GpubootError):
-    """A node's rules gave no verdict: past their deadline, or their worker died (ERROR)."""
-
-
-def judge_within_deadlines(
-    jobs: Mapping[str, Callable[[], NodeReport]],
-    deadline_of: Callable[[str], float],
-    late: Callable[[str, GpubootError], NodeReport],
-    done: Callable[[str], None] = lambda _name: None,
-    setting: str = "",
-) -> dict[str, NodeReport]:
-    """Each job's report, each job in a forked worker process on every core (a fork: the
-    node's evidence is inherited, not copied). A job past its deadline is ended and
-    ``late`` gives its report, naming the deadline and the ``setting`` that changes it; a
-    worker that dies without one is reported the same way."""
-    ctx = multiprocessing.get_context("fork")
-    workers = max(1, min(len(os.sched_getaffinity(0)), 8))
-    queue = list(jobs)
-    running: dict[Connection, tuple[str, Any, float]] = {}  # -> (name, process, ends)
-    reports: dict[str, NodeReport] = {}
-
-    def finish(name: str, report: NodeReport) -> None:
-        reports[name] = report
-        done(name)
-
-    try:
-        while queue or running:
-            while queue and len(running) < workers:
-                name = queue.pop(0)
-                ours, theirs = ctx.Pipe(duplex=False)
-                worker = ctx.Process(target=_judge_worker, args=(jobs[name], theirs), daemon=True)
-                worker.start()
-                theirs.close()
-                running[ours] = (name, worker, time.monotonic() + deadline_of(name))
-            soonest = min(ends for _n, _w, ends in running.values())
-            for conn in wait(list(running), timeout=max(0.0, soonest - time.monotonic())):
-                name, worker, _ends = running.pop(conn)
-                try:
-                    kind, value = conn.recv()
-                except EOFError:  # killed (out of memory?) before it answered
-                    kind, value = "died", f"exit {worker.exitcode}"
-                conn.close()
-                worker.join()
-                if kind == "error":
-                    raise value
-                if kind == "died":
-                    value = late(name, JudgingStopped(f"judging ended without a verdict: {value}"))
-                finish(name, value)
-            now = time.monotonic()
-            for conn, (name, worker, ends) in list(running.items()):
-                if now >= ends:
-                    _end(worker)
-                    conn.close()
-                    del running[conn]
-                    seconds = deadline_of(name)
-                    why = (
-                        f"judging did not finish within {seconds:g}s (the controller's deadline"
-                        f" for judging one node{', ' + setting if setting else ''}); its worker"
-                        " was ended"
-                    )
-                    finish(name, late(name, JudgingStopped(why)))
-    finally:  # an error or Ctrl-C: no worker outlives the run
-        for conn, (_name, worker, _ends) in running.items():
-            _end(worker)
-            conn.close()
-    return reports
-
-
-def _judge_worker(job: Callable[[], NodeReport], conn: Connection) -> None:
-    try:
-        conn.send(("ok", job()))
-    except KeyboardInterrupt:  # the controller ends the run: nothing to say
-        pass
-    except Exception as exc:  # a bug in a rule: the controller reports it as before
-        try:
-            conn.send(("error", exc))
-        except Exception:  # an exception that cannot cross processes: its text can
-            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
-    finally:
-        conn.close()
-
-
-def _end(worker: Any) -> None:
-    worker.kill()
-    worker.join()
-
-
 def run(
     inventory: str | Path | Inventory,
     *,
@@ -357,7 +267,7 @@ def run(
     unread = {n: judge(n, o) for n, o in store.items() if not isinstance(o, NodeEvidence)}
     for name in unread:
         steps.finished_host(name)
-    judged = unread | judge_within_deadlines(
+    judged = unread | judging.judge_within_deadlines(
         {n: functools.partial(judge, n, store[n]) for n in store if n not in unread},
         lambda name: host_deadline(inv.resolved(name), "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
         unjudged,
