@@ -151,3 +151,21 @@ def test_an_executor_user_that_is_no_portable_posix_name_is_refused_at_load(tmp_
 def test_a_portable_executor_user_is_taken(tmp_path, user):
     inv = _load(tmp_path, _with_executor_user(user))
     assert inv.executors["ex-a"].hostvars["ansible_user"] == user
+
+
+def test_executor_setup_refuses_a_bad_executor_user_with_exit_2_before_anything(
+    tmp_path, monkeypatch, capsys
+):
+    """No wheelhouse built, no play run: the refusal comes from loading the inventory."""
+    from gpuboot import cli
+    from gpuboot.executor import wheelhouse
+
+    monkeypatch.setenv("GPUBOOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(wheelhouse, "ensure", lambda *_: pytest.fail("a wheelhouse was built"))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(_with_executor_user("Admin"))
+    code = cli.main(["executor", "setup", "-i", str(inv), "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == EXIT_BAD_INPUT == error["exit_code"]
+    assert error["where"] == f"{inv}: ex-a.ansible_user"
+    assert "portable POSIX user name" in error["message"] and "a-z_" in error["hint"]
