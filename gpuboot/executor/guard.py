@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     procs.become_subreaper()
     worker = _start(command, args.pid_fd)
     if _watch(worker, args.grace_seconds):
+        procs.stop_child(worker)
         procs.end_tree(os.getpid())
     return _exit_as(worker.wait())
 

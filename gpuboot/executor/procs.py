@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import time
 
 PR_SET_PDEATHSIG = 1
@@ -90,6 +91,14 @@ def end_tree(root: int, grace_s: float = 5.0) -> list[int]:
         time.sleep(0.05)
         reap()
     return ended
+
+
+def stop_child(child: subprocess.Popen) -> int:
+    """SIGKILL a direct child if it still runs, and take its exit status: before end_tree,
+    whose reaping would otherwise take it and leave Popen reading exit 0."""
+    if child.poll() is None:
+        child.kill()
+    return child.wait()
 
 
 def _marked(marker: bytes) -> list[int]:

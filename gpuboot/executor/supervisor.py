@@ -213,6 +213,7 @@ def serve(
                 with contextlib.suppress(ProcessLookupError):
                     worker.send_signal(signal.SIGTERM)  # runner cancels, returns artifacts
             if asked_at is not None and time.monotonic() - asked_at > grace_s and not ended:
+                procs.stop_child(worker)  # its status kept, not reaped by end_tree
                 ended = procs.end_tree(os.getpid())
             writable = [1] if forward.want(spooled) else []
             ready, can_write, _ = select.select([out], writable, [], 0.2)
@@ -226,8 +227,8 @@ def serve(
                 forward.send(spooled)
         with contextlib.suppress(subprocess.TimeoutExpired):
             worker.wait(grace_s)
+        procs.stop_child(worker)
         ended += procs.end_tree(os.getpid())  # ansible-playbook and its workers, orphaned
-        worker.wait()
         shutil.rmtree(job.data, ignore_errors=True)
         trailer = {
             "worker_exit": worker.returncode,

@@ -40,13 +40,15 @@ time.sleep(60)
 """
 
 
-def _guard(*command: str, parent: int | None = None) -> tuple[subprocess.Popen, int]:
+def _guard(
+    *command: str, parent: int | None = None, grace_s: float = 5
+) -> tuple[subprocess.Popen, int]:
     """The guard over ``command`` as this process's child; and the worker's pid it said
     (0 when it said none)."""
     read, write = os.pipe()
     guard = subprocess.Popen(
         [sys.executable, "-m", "gpuboot.executor.guard", "--parent", str(parent or os.getpid()),
-         "--pid-fd", str(write), "--grace-seconds", "5", "--", *command],
+         "--pid-fd", str(write), "--grace-seconds", str(grace_s), "--", *command],
         stdout=subprocess.PIPE, pass_fds=(write,), start_new_session=True,
     )  # fmt: skip
     os.close(write)
@@ -100,6 +102,24 @@ def test_the_workers_stdout_ends_with_the_worker_and_sigterm_reaches_it():
         assert _alive(worker)
         guard.terminate()
         assert guard.wait(30) == -signal.SIGTERM  # the worker's own end
+        assert not _alive(worker)
+    finally:
+        if _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def test_a_worker_that_outlives_the_grace_is_killed_and_the_guard_says_so():
+    """Its status is taken before the tree's end reaps it (Popen reads a child reaped by
+    someone else as exit 0)."""
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('deaf', flush=True); time.sleep(30)"
+    )
+    guard, worker = _guard(sys.executable, "-c", stubborn, grace_s=1)
+    try:
+        assert guard.stdout.readline() == b"deaf\n"
+        guard.terminate()
+        assert guard.wait(30) == -signal.SIGKILL
         assert not _alive(worker)
     finally:
         if _alive(worker):
