@@ -17,7 +17,7 @@ from gpuboot import diffview, locks, paths
 from gpuboot.errors import BadInput
 from gpuboot.executor import route, shards
 from gpuboot.executor.batch import play_batch
-from gpuboot.executor.reattach import reattach
+from gpuboot.executor.reattach import carry_shard, reattach
 from gpuboot.inventory import Inventory, load_inventory, select_hosts
 from gpuboot.rollout import (
     RolloutState,
@@ -309,15 +309,18 @@ def install(
         unanswered={n: why for n, why in answers.items() if why is not None},
     )
     if resumed_from:  # what a lost shard finished into its executor's spool is read, not re-run
-        found_done = reattach(inv, paths.runs_dir() / resumed_from, fleet.answered)
+        found = reattach(inv, paths.runs_dir() / resumed_from, fleet.answered)
         fleet.recovered = {
-            h: r for h, r in found_done.items() if h in hosts and r.status in ("ok", "changed")
+            h: r for h, r in found.done.items() if h in hosts and r.status in ("ok", "changed")
         }
-        hosts = [h for h in hosts if h not in fleet.recovered]
+        fleet.running = {h: r for h, r in found.running.items() if h in hosts}
+        fleet.carried = found.carried
+        hosts = [h for h in hosts if h not in fleet.recovered and h not in fleet.running]
     state = RolloutState(
         inventory=str(inv.path.resolve()),
-        hosts=[*fleet.recovered, *hosts],
+        hosts=[*fleet.recovered, *fleet.running, *hosts],
         converged=list(fleet.recovered),
+        unknown=list(fleet.running),
         batch_size=size,
         budget=budget,
         check=check,
@@ -347,11 +350,14 @@ def install(
 @dataclass
 class Fleet:
     """Who may run what: the executors that answered the pre-flight, why the others did
-    not, and the hosts a resume found done in a lost shard's spool."""
+    not, the hosts a resume found done in a lost shard's spool, and those still running
+    in a lost shard's live job (unknown, left alone) with the shards' dirs."""
 
     answered: set[str] = field(default_factory=set)
     unanswered: dict[str, str] = field(default_factory=dict)
     recovered: dict[str, HostResult] = field(default_factory=dict)
+    running: dict[str, HostResult] = field(default_factory=dict)
+    carried: list[Path] = field(default_factory=list)
 
 
 def _shard_jobs(
@@ -401,20 +407,25 @@ def _roll_out(
     """The batches of a checked, locked install; rollout.json saved after each batch and
     when interrupted. Each batch's hosts run where their domain says (gpuboot.executor)."""
     fleet = fleet or Fleet()
-    hosts, size = [h for h in state.hosts if h not in fleet.recovered], state.batch_size
+    left = {**fleet.recovered, **fleet.running}
+    hosts, size = [h for h in state.hosts if h not in left], state.batch_size
     started = time.monotonic()
     run_id, run_dir = new_run_dir("install")
+    for where in fleet.carried:  # the next resume reads them from this run
+        carry_shard(where, run_dir)
     overlay = stack_overlay(inv, run_dir)
     digests = desired_digests(inv, hosts)
-    results: dict[str, HostResult] = {
-        **fleet.recovered,
-        **{h: HostResult(host=h, pending=True) for h in hosts},
-    }
     again = (
         Settings.from_record(state.settings).command(inv.path, check=True)
         if check
         else resume_command(inv.path, run_id)
     )
+    for result in fleet.running.values():
+        result.reason = f"{result.reason}; once it has ended: {again}"
+    results: dict[str, HostResult] = {
+        **left,
+        **{h: HostResult(host=h, pending=True) for h in hosts},
+    }
     extravars = {
         "gpuboot_allow_reboot": allow_reboot,
         "gpuboot_converged_digests": digests,

@@ -4,16 +4,22 @@ An install's shard goes on into the executor's spool when the controller loses i
 (``on_detach=finish``): before a resume runs anything, the controller attaches to each
 lost shard of the run it resumes once, from where its journal stops, so a host that
 finished there is read, not re-run; then the executor may drop the job. What still
-cannot be read stays unknown, and the resume runs it again.
+cannot be read stays unknown, and the resume runs it again -- unless the job is still
+running there (a frozen or stalled job whose executor answers): its hosts are left alone,
+unknown, never run a second time beside it, and the resuming run keeps the shard's record
+so the next resume reads it once the job has ended.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuboot import paths
 from gpuboot.errors import GpubootError
 from gpuboot.executor import route
 from gpuboot.executor.batch import shard_results
@@ -66,10 +72,20 @@ def _job(where: Path, record: dict[str, Any]) -> ShardJob:
     )
 
 
-def reattach(inv: Inventory, run_dir: Path, answered: Collection[str]) -> dict[str, HostResult]:
-    """Host -> its result, for every host a lost shard of ``run_dir`` finished after all
-    (read from the executor's spool); executors not in ``answered`` are not asked."""
-    known: dict[str, HostResult] = {}
+@dataclass
+class Reattached:
+    """What a resume found of the lost shards of the run it resumes."""
+
+    done: dict[str, HostResult] = field(default_factory=dict)  # finished after all
+    running: dict[str, HostResult] = field(default_factory=dict)  # still in a live job: unknown
+    carried: list[Path] = field(default_factory=list)  # those jobs' shard dirs, read again later
+
+
+def reattach(inv: Inventory, run_dir: Path, answered: Collection[str]) -> Reattached:
+    """Every host a lost shard of ``run_dir`` finished after all (read from the executor's
+    spool), and every host whose job is still running there; executors not in
+    ``answered`` are not asked."""
+    found = Reattached()
     for where, record in lost_shards(run_dir):
         name = str(record.get("executor"))
         if name not in inv.executors or name not in answered:
@@ -81,7 +97,23 @@ def reattach(inv: Inventory, run_dir: Path, answered: Collection[str]) -> dict[s
         except (GpubootError, KeyError, TypeError, ValueError):
             continue  # a record the controller cannot use: its hosts stay to be run
         record_outcome(where, out)
-        release(executor, job.job_id)
-        results = shard_results(name, out, hint="")
-        known.update({h: r for h, r in results.items() if not r.unknown})
-    return known
+        released = release(executor, job.job_id)
+        for host, result in shard_results(name, out, hint="").items():
+            if not result.unknown:
+                found.done[host] = result
+            elif not released:  # the job lives on there (or the executor did not say)
+                result.reason = (
+                    f"still running in job {job.job_id} on executor {name}, which the "
+                    "resumed run started: not run again beside it"
+                )
+                found.running[host] = result
+        if not released and any(h in found.running for h in job.hosts):
+            found.carried.append(where)
+    return found
+
+
+def carry_shard(where: Path, run_dir: Path) -> None:
+    """A lost shard whose job still runs, kept in the resuming run (its record and journal,
+    not its outcome): the next resume re-attaches to it where its journal stops."""
+    into = paths.private_dir(run_dir / SHARDS_DIR) / where.name
+    shutil.copytree(where, into, ignore=shutil.ignore_patterns(OUTCOME_FILE, "private"))

@@ -10,7 +10,6 @@ resume re-attaches to a lost shard from there.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -151,16 +150,20 @@ def record_outcome(where: Path, out: ShardOutcome) -> None:
     paths.write_private(where / OUTCOME_FILE, json.dumps(out.to_dict(), indent=2) + "\n")
 
 
-def release(executor: Executor, job_id: str) -> None:
+def release(executor: Executor, job_id: str) -> bool:
     """Let the executor drop a job whose stream was read (its collector does it later
-    otherwise); a failure changes nothing the controller knows."""
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(
+    otherwise). True when it did; False when the job is still running there, or the
+    executor did not say (a failure changes nothing the controller knows)."""
+    try:
+        done = subprocess.run(
             executor.command("release", "--job-id", job_id),
             capture_output=True,
             timeout=RELEASE_TIMEOUT_S,
             check=False,
         )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def run_one(

@@ -311,6 +311,15 @@ def test_a_paused_executor_is_lost_within_the_heartbeat_and_resume_reads_its_spo
         assert _statuses(doc) == {"a1": ("unknown", "ex-a"), "a2": ("ok", "ex-a"),
                                   "b1": ("ok", "ex-b")}  # fmt: skip
         assert "went silent" in doc["hosts"]["a1"]["reason"]
+
+        # resumed while the job is still frozen (its executor answers): a1 is left alone,
+        # never started a second time beside the job that still holds it
+        code, early = _install(executors, capsys, "--resume")
+        assert code == 8
+        assert _statuses(early) == {"a1": ("unknown", "ex-a")}
+        reason = early["hosts"]["a1"]["reason"]
+        assert "still running in job" in reason and "--resume" in reason, reason
+        assert _job_meta(executors, "ex-a")  # still the one job: nothing new started
     finally:
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
