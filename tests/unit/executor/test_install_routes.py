@@ -230,19 +230,24 @@ def test_a_shard_whose_ssh_died_finishes_into_the_spool_and_resume_reads_it(exec
     watcher.join(5)
     assert code == 8 and doc["hosts"]["a1"]["status"] == "unknown"
 
-    executors["gate"].touch()  # a1 finishes on the executor, into the spool
-    job = jobs.Job(executors["tmp"] / "jobs-ex-a", _job_meta_id(executors, "ex-a"))
+    _a1_finishes_into_the_spool_and_resume_reads_it(executors, capsys)
+
+
+def _a1_finishes_into_the_spool_and_resume_reads_it(lab, capsys) -> None:
+    """a1's gate opened: its job finishes on ex-a into the spool; then --resume reads a1
+    from there (it starts no shard) and the executor drops the job."""
+    lab["gate"].touch()
+    job = jobs.Job(lab["tmp"] / "jobs-ex-a", _job_meta_id(lab, "ex-a"))
     deadline = time.monotonic() + 60
     while jobs.is_live(job):
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    del executors["channels"]["ex-a"]
-    code, again = _install(executors, capsys, "--resume")
+    lab["channels"].pop("ex-a", None)
+    code, again = _install(lab, capsys, "--resume")
     assert code == 0
     assert _statuses(again) == {"a1": ("ok", "ex-a")}
     assert again["rollout"]["converged"] == ["a1"]
-    # read from the spool, not run again: the resume started no shard
-    assert not (Path(again["run_dir"]) / "shards").exists()
+    assert not (Path(again["run_dir"]) / "shards").exists()  # read from the spool, not re-run
     assert not job.spool.exists()  # released once read
 
 
@@ -325,18 +330,7 @@ def test_a_paused_executor_is_lost_within_the_heartbeat_and_resume_reads_its_spo
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
 
-    executors["gate"].touch()  # a1 finishes on the executor, into the spool
-    job = jobs.Job(executors["tmp"] / "jobs-ex-a", _job_meta_id(executors, "ex-a"))
-    deadline = time.monotonic() + 60
-    while jobs.is_live(job):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    del executors["channels"]["ex-a"]
-    code, again = _install(executors, capsys, "--resume")
-    assert code == 0
-    assert _statuses(again) == {"a1": ("ok", "ex-a")}
-    assert not (Path(again["run_dir"]) / "shards").exists()  # read from the spool, not re-run
-    assert not job.spool.exists()  # released once read
+    _a1_finishes_into_the_spool_and_resume_reads_it(executors, capsys)
     code, last = _install(executors, capsys)
     assert code == 0 and {r["changed"] for r in last["hosts"].values()} == {0}
 
