@@ -25,10 +25,6 @@ DOMAIN_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 # The venv reaches the executor's shell as part of ssh's remote command: plain path words only.
 VENV_RE = re.compile(r"/[A-Za-z0-9_.+/-]{0,254}")
 DOMAIN_FIX = "a domain is lower-case letters, digits and '-', e.g. hall-a"
-# executor setup writes the executor's ansible_user into a systemd unit (User=): the
-# portable POSIX form, which systemd takes as a name, never as a number or another line.
-USER_VAR = "ansible_user"
-UNIT_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}\$?")
 
 
 @dataclass(frozen=True)
@@ -85,15 +81,6 @@ def _entry(path: Path, name: str, hostvars: dict[str, Any]) -> ExecutorEntry:
             "executor's shell in ssh's command)",
             where=f"{path}: {name}.{VENV_VAR}",
             hint=f"e.g. {VENV_VAR}: {DEFAULT_VENV} (letters, digits, '_', '.', '+', '-', '/')",
-        )
-    user = hostvars.get(USER_VAR)
-    if user is not None and (not isinstance(user, str) or not UNIT_USER_RE.fullmatch(user)):
-        raise ConfigError(
-            f"{USER_VAR} {user!r} is not a portable POSIX user name (`gpuboot executor setup` "
-            "writes it into a systemd unit as User=)",
-            where=f"{path}: {name}.{USER_VAR}",
-            hint=f"name the executor's login user as [a-z_][a-z0-9_-]{{0,31}} (an optional "
-            f"trailing '$'), e.g. {USER_VAR}: gpuboot",
         )
     return ExecutorEntry(name, checked, venv, hostvars)
 
