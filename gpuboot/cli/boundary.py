@@ -20,12 +20,14 @@ def _os_error(exc: OSError) -> GpubootError:
 def main(argv: list[str] | None = None) -> int:
     from gpuboot.cli.outcome import err
     from gpuboot.cli.parser import build_parser
+    from gpuboot.executor.mux import shared_connections
 
     argv = sys.argv[1:] if argv is None else argv
     want_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
-        outcome = args.func(args)
+        with shared_connections():  # one ssh master per executor the verb reaches
+            outcome = args.func(args)
     except (GpubootError, OSError) as caught:
         # an OSError here is a controller file gpuboot could not write or read (a full
         # disk, a read-only or missing directory): named with its errno text, no trace

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpuboot import sshopts
 from gpuboot.errors import BadInput, RunError
+from gpuboot.executor import mux
 from gpuboot.executor.stream import Executor
 from gpuboot.executor.versions import check_executor, local_versions
 from gpuboot.inventory.executors import check_served, domain_of, serving
@@ -75,6 +76,7 @@ def executor(inv: Inventory, name: str) -> Executor:
         options += ["-i", key]
     args = " ".join(str(hostvars.get(v) or "") for v in SSH_ARG_VARS if v.startswith("ansible_ssh"))
     options += sshopts.read(args).words
+    options += mux.options(name)  # after the operator's: theirs win
     address = _first(hostvars, ("ansible_host", "ansible_ssh_host")) or name
     return Executor.over_ssh(name, address, tuple(options), command=entry.worker)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuboot import paths
 from gpuboot.executor.versions import local_versions
 from gpuboot_lab import lab as labmod
 from gpuboot_lab.podman import podman
@@ -103,6 +104,26 @@ def _pause(container: str) -> None:
         if podman("pause", container, check=False).returncode == 0:
             return
     podman("pause", container)
+
+
+def _logins(hall) -> int:
+    """ssh connections the hall's executor has accepted so far (its sshd's journal)."""
+    log = podman("exec", hall.executor_container_id, "journalctl", "-q", "-t", "sshd", "-o", "cat")
+    return sum(line.startswith("Accepted publickey") for line in log.stdout.splitlines())
+
+
+def _masters_left() -> list[str]:
+    """ssh masters of a verb's shared connections still running (their title names the
+    socket under GPUBOOT_HOME/ssh)."""
+    prefix = f"ssh: {paths.home() / 'ssh'}/".encode()
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(prefix):
+                left.append(proc.name)
+        except OSError:  # ended meanwhile
+            continue
+    return left
 
 
 def _hall_nodes(lab: labmod.Lab, domain: str) -> list[str]:
@@ -256,8 +277,16 @@ def test_certify_and_scan_through_executors_judge_each_node_as_its_hardware_is(h
     labmod.emulator_ctl(halls.name, "node5", "fault", "add", "xid", "79")
     faulty = {"node5"}
     for verb in (("certify", "--probes", "none"), ("scan", "--history", str(tmp_path / "h.jsonl"))):
+        before = {h.domain: _logins(h) for h in halls.halls}
         rc, doc, err = _gpuboot(*verb, "-i", str(halls.inventory))
         assert rc == 1, err
+        # the pre-flight, the job and its release share one ssh connection per executor,
+        # and the verb leaves no master behind
+        assert {h.domain: _logins(h) - before[h.domain] for h in halls.halls} == {
+            HALL_A: 1,
+            HALL_B: 1,
+        }, verb
+        assert not _masters_left(), verb
         nodes = {n["host"]: n for n in doc["nodes"]}
         assert set(nodes) == {n.name for n in halls.nodes}
         for host, node in nodes.items():
