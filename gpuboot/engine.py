@@ -16,6 +16,7 @@ run in a worker process that is ended at its deadline).
 from __future__ import annotations
 
 import functools
+import resource
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -167,6 +168,34 @@ def collect_nodes(
     return store
 
 
+# The controller's CPU of a run by phase, in its report: what reaching the nodes costs
+# (the pre-flight, collection, pair probes: what executors take over) apart from the
+# evidence's work that stays on the controller whoever collected it (keeping it, judging).
+CPU_PHASES = ("reach", "keep", "judge")
+
+
+class _CpuClock:
+    """CPU seconds of this process (all its threads) and of the children it has waited
+    for, lap by lap: the phases run one after another, each reaping its own processes."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = self._now()
+
+    @staticmethod
+    def _now() -> float:
+        me, kids = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    def lap(self, phase: str) -> None:
+        now = self._now()
+        self.laps[phase] = round(now - self._last, 3)
+        self._last = now
+
+
 def keep_bundle(bundle: Path, store: dict[str, Outcome]) -> None:
     """``<bundle>/<host>/`` for every node that answered; a node whose evidence cannot be
     kept safely becomes that node's ERROR, not the run's."""
@@ -223,6 +252,7 @@ def run(
     hosts = select_hosts(inv, limit)  # Ansible's reading of --limit, before any run dir
     for name in hosts:
         check_deadlines(name, inv.resolved(name), str(inv.path))
+    cpu = _CpuClock()
     direct, shards = plan_shards(inv, hosts)  # executors asked their versions, no host yet
     ran_by = {h: name for name, shard in shards.items() for h in shard.hosts}
     if transport is None:
@@ -257,10 +287,12 @@ def run(
     except KeyboardInterrupt:
         stopped = f"{verb} stopped before a verdict; its run dir: {run_dir}"
         raise KeyboardInterrupt(stopped) from None
+    cpu.lap("reach")
     for name, outcome in store.items():
         if isinstance(outcome, NodeEvidence):  # the bundle says who collected it
             outcome.meta["executor"] = ran_by.get(name, CONTROLLER)
     keep_bundle(bundle, store)
+    cpu.lap("keep")
     steps = phases(progress)
     steps.phase("judging", list(store))
     # a node without evidence is ERROR at once; a node's evidence is judged in a worker
@@ -274,6 +306,7 @@ def run(
         steps.finished_host,
         "gpuboot_judge_timeout",
     )
+    cpu.lap("judge")
     nodes = tuple(
         replace(judged[name], executor=ran_by.get(name, CONTROLLER)) for name in sort_hosts(store)
     )
@@ -287,4 +320,5 @@ def run(
         elapsed_s=round(time.monotonic() - started, 2),
         probes=probes,
         nodes=nodes,
+        controller_cpu_s=cpu.laps,
     )

@@ -180,6 +180,8 @@ class RunReport:
     elapsed_s: float | None
     probes: str | None  # the run's override of each host's gpuboot_probes, if any
     nodes: tuple[NodeReport, ...]
+    # the controller's CPU seconds by phase (gpuboot.engine.CPU_PHASES); None: not measured
+    controller_cpu_s: Mapping[str, float] | None = None
 
     @property
     def passed(self) -> bool:
@@ -191,6 +193,7 @@ class RunReport:
             "run_dir": str(self.run_dir) if self.run_dir is not None else None,
             "bundle": str(self.bundle) if self.bundle is not None else None,
             "elapsed_s": self.elapsed_s,
+            "controller_cpu_s": dict(self.controller_cpu_s) if self.controller_cpu_s else None,
             "passed": self.passed,
             "probes": self.probes,
             "nodes": [n.to_dict() for n in self.nodes],
@@ -208,8 +211,21 @@ class RunReport:
             bundle=Path(str(doc["bundle"])) if doc.get("bundle") else None,
             elapsed_s=doc.get("elapsed_s"),
             probes=doc.get("probes"),
+            controller_cpu_s=_cpu_phases(doc.get("controller_cpu_s")),
             nodes=tuple(NodeReport.from_dict(n) for n in nodes if isinstance(n, Mapping)),
         )
+
+
+def _cpu_phases(value: Any) -> dict[str, float] | None:
+    """A report's CPU by phase as read back: numbers only (anything else: not measured)."""
+    if not isinstance(value, Mapping):
+        return None
+    kept = {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    return kept or None
 
 
 @dataclass(frozen=True)

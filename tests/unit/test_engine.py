@@ -15,6 +15,7 @@ import stat
 import subprocess
 import tarfile
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -210,10 +211,12 @@ def test_the_report_keeps_certify_json_shape(inv, monkeypatch):
         "run_dir",
         "bundle",
         "elapsed_s",
+        "controller_cpu_s",
         "passed",
         "probes",
         "nodes",
     ]
+    assert list(report["controller_cpu_s"]) == list(engine.CPU_PHASES)
     assert report["probes"] == "none" and report["passed"] is False  # no GPU here
     assert [n["host"] for n in report["nodes"]] == ["n1", "n2", "n3"]
     for node in report["nodes"]:
@@ -270,3 +273,24 @@ def test_scan_judges_through_the_engine_on_an_inventory_already_loaded(inv, monk
     # a scan's run is a scan: its own kind in runs list, retention and status
     assert "-scan-" in report.run_id and report.run_dir.name == report.run_id
     assert {r["run_id"] for r in records} == {report.run_id}
+
+
+class Spinning(Local):
+    """A node whose answer costs the controller CPU while it is collected (as ssh's key
+    exchange and a stream's reading do)."""
+
+    def run(self, command: str):
+        ends = time.process_time() + 0.3
+        while time.process_time() < ends:
+            pass
+        return super().run(command)
+
+
+def test_the_controllers_cpu_is_told_by_phase_reaching_the_nodes_apart(inv):
+    report = engine.run(str(inv), transport=fake(n2=Spinning()))
+    cpu = report.controller_cpu_s
+    assert set(cpu) == set(engine.CPU_PHASES) and all(v >= 0 for v in cpu.values())
+    assert cpu["reach"] >= 0.3  # the collection's CPU, not the judging's
+    assert cpu["judge"] < cpu["reach"]
+    back = engine.RunReport.from_dict(report.to_dict())
+    assert back.controller_cpu_s == cpu
