@@ -14,6 +14,9 @@ same nodes (its baseline, so load moves both alike):
   CPU per node, and the verb's CPU net of it (what collecting the evidence costs)
   through executors: the bytes the shards left under the run's shards/ per host, the
   journal of events and the rest
+  for install and scan measured both ways, the verb's CPU split as its report tells it
+  (controller_cpu_s): reaching the nodes (what executors take over) and the rest (the
+  controller's whoever collected: start-up, inventory, keeping, judging, reports)
 
 then the targets, and a projection to 1,024 and 10,000 nodes from the per-node costs
 (its model and assumptions printed with it).
@@ -91,6 +94,9 @@ class Run:
     judge_cpu_s: float | None = None
     judge_note: str = ""
     busy_s: float = 0.0  # the machine's CPUs busy during the verb (nodes and controller)
+    # of cpu_s, reaching the nodes (pre-flight, collection, pair probes: what executors take
+    # over) as the verb's report tells it (controller_cpu_s.reach); None: not told
+    reach_cpu_s: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -275,6 +281,8 @@ def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
             }
             if floor := judging_floor(d, e, size):
                 row["floor"] = floor
+            if split := reach_split(d, e, size):
+                row["reach"] = split
             rows.append(row)
     largest = max(runs) if runs else 0
     for verb, limit in (("scan", 1.5), ("install_noop", 1.3)):
@@ -337,6 +345,26 @@ def judging_floor(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
     }
 
 
+def reach_split(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
+    """The verb's CPU split as its reports tell it: reaching the nodes (what executors take
+    over), each way, and the rest (start-up, the inventory, keeping, judging, recording and
+    reporting the evidence: the controller's whoever collected it). None where either run
+    did not tell its reach."""
+    if direct.reach_cpu_s is None or routed.reach_cpu_s is None or not direct.reach_cpu_s:
+        return None
+    ratio = routed.reach_cpu_s / direct.reach_cpu_s
+    rest_d, rest_e = direct.cpu_s - direct.reach_cpu_s, routed.cpu_s - routed.reach_cpu_s
+    return {
+        "ratio": ratio,
+        "met": ratio <= 1 / 3,
+        "rest_s_per_node": {"direct": rest_d / size, "executors": rest_e / size},
+        "text": f"reaching the nodes: {routed.reach_cpu_s / size:.3f} / "
+        f"{direct.reach_cpu_s / size:.3f} s/node = {ratio:.2f} "
+        f"({'<=' if ratio <= 1 / 3 else '>'} 1/3); the rest, the controller's either way: "
+        f"{rest_e / size:.3f} / {rest_d / size:.3f} s/node",
+    }
+
+
 def floor_rows(runs: dict[int, dict[str, dict[str, Run]]]) -> list[str]:
     """Every judged verb measured both ways: its ratio, the judging floor, net of it."""
     rows = []
@@ -396,8 +424,9 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
     lines.append("targets:")
     for t in targets(runs):
         lines.append(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['figures']}")
-        if "floor" in t:
-            lines.append(f"           {t['floor']['text']}")
+        for part in ("floor", "reach"):
+            if part in t:
+                lines.append(f"           {t[part]['text']}")
     if floors := floor_rows(runs):
         lines += ["", "judging floor, through 2 executors against direct (CPU per node):", *floors]
     if mitogen := mitogen_rows(runs):
@@ -570,6 +599,7 @@ def bench_lab(size: int, mode: str, args, env: dict[str, str], say) -> dict[str,
             ran_by, run_dir = parse_result(doc)
             run = Run(verb, t.wall_s, t.cpu_s, t.exit, base.wall_s, base.cpu_s, ran_by)
             run.busy_s = t.busy_s
+            run.reach_cpu_s = (doc.get("controller_cpu_s") or {}).get("reach")
             run.stream_bytes, run.journal_bytes = shard_bytes(run_dir)
             run.note = _why(t) if t.exit not in MEASURED_EXITS else harness_errors(doc)
             said = f"{verb}: {t.wall_s:.1f} s, exit {t.exit}, CPU {t.cpu_s / size:.3f} s/node"
@@ -619,6 +649,9 @@ def main() -> int:
     stop_on_sigterm()
     paths.put_venv_on_path()
     args.scratch = tempfile.mkdtemp(prefix="gpuboot-fleet-")
+    # the verbs keep their runs here, not with the operator's: a scan's trend page reads
+    # the kept runs, a cost of this machine's history rather than of the fleet measured
+    os.environ["GPUBOOT_RUNS"] = str(Path(args.scratch) / "runs")
     env = {**os.environ, **ansible_env(Path(args.scratch))}
     doc = {
         "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),

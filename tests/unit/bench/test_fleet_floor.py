@@ -269,3 +269,22 @@ def test_a_wall_target_names_the_floor_of_the_machines_busy_cores(fleet, monkeyp
         "busy 44.0 s (nodes and controller) = 22.0 s of wall = 3.14x ping" in (row["floor"]["text"])
     )
     assert "the wall was 1.09x that floor" in row["floor"]["text"]
+
+
+def test_the_scan_target_row_splits_reaching_the_nodes_from_the_rest(fleet):
+    direct = run(fleet, "scan", 6.0, reach_cpu_s=3.6)
+    routed = run(fleet, "scan", 3.0, reach_cpu_s=0.6)
+    runs = {10: {"direct": {"scan": direct}, "executors": {"scan": routed}}}
+    (row,) = fleet.targets(runs)[:1]
+    assert not row["met"]  # the whole verb: 3.0 / 6.0
+    assert row["reach"]["met"] and row["reach"]["ratio"] == pytest.approx(1 / 6)
+    assert row["reach"]["rest_s_per_node"] == pytest.approx({"direct": 0.24, "executors": 0.24})
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    assert (
+        "reaching the nodes: 0.060 / 0.360 s/node = 0.17 (<= 1/3); the rest, the "
+        "controller's either way: 0.240 / 0.240 s/node" in fleet.report_text(doc, runs)
+    )
+    # a report that does not tell its reach (an older gpuboot): no split, never a guess
+    routed.reach_cpu_s = None
+    assert "reach" not in fleet.targets(runs)[0]
+    assert fleet.runs_from_doc(fleet.report_doc(doc, runs))[10]["direct"]["scan"].reach_cpu_s == 3.6
