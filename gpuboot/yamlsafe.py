@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import stat
+from itertools import compress
 from typing import Any
 
 import yaml
@@ -26,6 +27,8 @@ from gpuboot.errors import ConfigError
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 64  # no file gpuboot reads nests half as deep
 MAX_YAML_VALUES = 1_000_000  # scalars and collections once every alias is expanded
+_CONTAINERS = frozenset({dict, list})
+_IS_CONTAINER = _CONTAINERS.__contains__  # a C predicate: no Python call per value
 
 
 def safe_load(text: str) -> Any:
@@ -94,7 +97,9 @@ def loads_json_bounded(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
         value = json.loads(text)
     except RecursionError:  # the C decoder's own guard, some thousand levels down
         raise ValueError(f"nests deeper than {max_depth} levels") from None
-    if nesting_depth(value, max_depth) > max_depth:
+    # a container opens with a bracket: no more of them in the text, no deeper nesting
+    # (the many small documents, a history's lines, are passed without a walk)
+    if _brackets(text) > max_depth and nesting_depth(value, max_depth) > max_depth:
         raise ValueError(f"nests deeper than {max_depth} levels")
     return value
 
@@ -185,21 +190,31 @@ def check_yaml_bounds(
 
 
 def nesting_depth(value: Any, stop: int) -> int:
-    """How deep lists and dicts nest in ``value`` (walked without recursion), counted up to
-    ``stop`` + 1 at most."""
-    deepest = 0
-    todo: list[tuple[Any, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict):
-            item = item.values()
-        elif not isinstance(item, list):
-            continue
-        deepest = max(deepest, depth)
-        if deepest > stop:
+    """How deep lists and dicts nest in ``value`` (as json.loads builds them: plain dict and
+    list), counted up to ``stop`` + 1 at most; walked level by level, without recursion.
+    A value is looked at by C iterators only (its type, then kept if a container): a
+    report.json holds ten scalars for each container, and a Python step for each value
+    cost as much as the parse."""
+    level = [value] if type(value) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > stop:
             break
-        todo.extend((child, depth + 1) for child in item)
-    return deepest
+        below: list[Any] = []
+        for item in level:
+            items = item.values() if type(item) is dict else item
+            below.extend(compress(items, map(_IS_CONTAINER, map(type, items))))
+        level = below
+    return depth
+
+
+def _brackets(text: str | bytes) -> int:
+    """The opening brackets in a JSON text, those inside strings too (never fewer than
+    its nesting depth; a bracket in UTF-16 or -32 text still holds its ASCII byte)."""
+    if isinstance(text, str):
+        return text.count("[") + text.count("{")
+    return text.count(b"[") + text.count(b"{")
 
 
 def _kind(mode: int) -> str:
