@@ -38,10 +38,12 @@ def certify(
     progress: Callable[[str], None] = lambda _m: None,
     probes: str | None = None,
     verb: str = "certify",
+    observe: engine.Observe | None = None,
 ) -> RunReport:
     """Certify the inventory's nodes. ``probes`` (none|quick|full) overrides each host's
     ``gpuboot_probes`` (default quick): how much bandwidth measuring the run does.
-    ``verb``: the run's kind (``scan`` for a scan's run: kept, listed and pruned as one)."""
+    ``verb``: the run's kind (``scan`` for a scan's run: kept, listed and pruned as one);
+    ``observe``: see engine.run."""
     from gpuboot.probes import LEVELS
 
     if probes is not None and probes not in LEVELS:
@@ -57,6 +59,7 @@ def certify(
         bundle_root=bundle_root,
         progress=progress,
         verb=verb,
+        observe=observe,
     )
     (result.run_dir / "report.json").write_text(json.dumps(result.to_dict(), indent=2))
     return result

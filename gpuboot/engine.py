@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuboot import judging, paths
 from gpuboot.bundle.manifest import write_manifest
-from gpuboot.bundle.model import ProbeOutput
+from gpuboot.bundle.model import Evidence, ProbeOutput
 from gpuboot.bundle.store import bundle_host_dir, write_host_bundle
 from gpuboot.checks import rules
 from gpuboot.checks.pair_phase import run_pair_probes
@@ -219,7 +219,12 @@ def not_judged(host: str, exc: ExecutorLost) -> NodeReport:
     return replace(node_report(host, findings), verdict=UNKNOWN)
 
 
-def judge(name: str, outcome: Outcome) -> NodeReport:
+Observe = Callable[[Evidence, NodeReport], Any]
+
+
+def judge(name: str, outcome: Outcome, observe: Observe | None = None) -> NodeReport:
+    """The node's report; with ``observe``, what it reads in the evidence besides, read
+    right after the rules so their parses of this node are reused (gpuboot.checks.base)."""
     if isinstance(outcome, ExecutorLost):
         return not_judged(name, outcome)
     if isinstance(outcome, Exception):
@@ -229,7 +234,10 @@ def judge(name: str, outcome: Outcome) -> NodeReport:
     ctx = rules.NodeContext(
         host=name, profile=outcome.profile, hostvars=outcome.hostvars, meta=outcome.meta
     )
-    return node_report(name, rules.evaluate(outcome.evidence, ctx))
+    report = node_report(name, rules.evaluate(outcome.evidence, ctx))
+    if observe is not None:
+        report = replace(report, observed=observe(outcome.evidence, report))
+    return report
 
 
 def run(
@@ -241,11 +249,13 @@ def run(
     progress: Callable[[str], None] = lambda _m: None,
     transport: Transport | None = None,
     verb: str = "certify",
+    observe: Observe | None = None,
 ) -> RunReport:
     """Certify the inventory's nodes (``limit``: Ansible's host pattern). ``inventory`` is
     a path, loaded and checked here before any host is touched, or an Inventory a caller
     already loaded. ``transport`` defaults to gpuboot.transport.connector's. ``verb`` names
-    the run (its directory, its progress): a scan's runs are scans, never certifications."""
+    the run (its directory, its progress): a scan's runs are scans, never certifications.
+    ``observe``: read in each judged node's evidence too, kept as its report's ``observed``."""
     from gpuboot.runner import new_run_dir
 
     inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
@@ -300,7 +310,7 @@ def run(
     for name in unread:
         steps.finished_host(name)
     judged = unread | judging.judge_within_deadlines(
-        {n: functools.partial(judge, n, store[n]) for n in store if n not in unread},
+        {n: functools.partial(judge, n, store[n], observe) for n in store if n not in unread},
         lambda name: host_deadline(inv.resolved(name), "gpuboot_judge_timeout", JUDGE_DEADLINE_S),
         unjudged,
         steps.finished_host,

@@ -66,9 +66,14 @@ def _pci(text: str) -> str:
         return text.lower()
 
 
+# the evidence files observe() reads
+READS = (DMESG_FILE, SMI_Q_FILE, BOOT_ID_FILE)
+
+
 def observe(evidence: dict[str, Any]) -> Observation:
     """Boot id and hardware faults in one node's evidence (gpuboot.bundle.model.Evidence). What
     cannot be read adds nothing: the rules already judge unreadable evidence ERROR."""
+    from gpuboot.checks.base import parsed
     from gpuboot.checks.smi import smi_q
     from gpuboot.evidence.kernel_log import parse_kernel_log
 
@@ -92,7 +97,7 @@ def observe(evidence: dict[str, Any]) -> Observation:
     log = None
     if dmesg is not None and dmesg.rc == 0 and dmesg.stdout.strip():
         try:
-            log = parse_kernel_log(dmesg.stdout)
+            log = parsed(parse_kernel_log, dmesg.stdout)  # the XID rule's parse, if it ran
         except GpubootError:
             log = None
     for x in log.xids if log else ():
@@ -118,7 +123,7 @@ def observe_bundle(host_dir: Path) -> Observation:
     try:
         files = {
             name: read_file_capped(host_dir / name)
-            for name in (DMESG_FILE, SMI_Q_FILE, BOOT_ID_FILE, META)
+            for name in (*READS, META)
             if os.path.lexists(host_dir / name)
         }
         evidence, _meta = host_bundle(files, str(host_dir))

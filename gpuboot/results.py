@@ -99,6 +99,9 @@ class NodeReport:
     escalations: tuple[Escalation, ...] | None = None
     recommended_action: str | None = None
     executor: str = "controller"  # who collected its evidence (an executor's name)
+    # what a scan reads in the node's evidence besides the rules (its boot, faults and
+    # counters: gpuboot.scan), read where the rules' parses are at hand; not in the document
+    observed: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def judged(cls, host: str, findings: list[Finding], verdict: str) -> NodeReport:

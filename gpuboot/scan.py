@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuboot import escalation, locks, paths, trends
+from gpuboot.bundle.model import Evidence
 from gpuboot.errors import BadInput, GpubootError
 from gpuboot.inventory import Inventory
 from gpuboot.report._util import parse_iso
@@ -607,18 +608,44 @@ def _own_file(host_dir: Path, name: Any) -> bool:
     return is_safe_name(name) and os.path.lexists(host_dir / name)
 
 
+def _observe(evidence: Evidence, node: NodeReport) -> tuple[escalation.Observation, trends.Sample]:
+    """What a scan reads in a node's evidence besides the rules: its boot and hardware
+    faults (escalation), its counters (trends). Run in the judging worker (engine.judge)."""
+
+    def only(names: tuple[str, ...]) -> Evidence:  # as a scan read them from its bundle
+        return {name: evidence[name] for name in names if name in evidence}
+
+    return (
+        escalation.observe(only(escalation.READS)),
+        trends.observe(only(trends.READS), node.measurements),
+    )
+
+
+def _observed(
+    node: NodeReport, host_dir: Path | None
+) -> tuple[escalation.Observation, trends.Sample | None]:
+    """What _observe read in the judging worker; for a node judged without it (a report
+    made elsewhere), the same read from its bundle; nothing without one."""
+    if node.observed is not None:
+        return node.observed
+    if host_dir is None:
+        return escalation.Observation(), None
+    return escalation.observe_bundle(host_dir), trends.observe_bundle(host_dir, node.measurements)
+
+
 def _with_trends(
     node: NodeReport,
     past: NodeHistory | None,
     host_dir: Path | None,
     scanned: tuple[str, str | None],
+    sample: trends.Sample | None,
     profile: dict[str, Any] | None = None,
 ) -> tuple[NodeReport, dict[str, Any] | None]:
     """``node`` with its trend findings (gpuboot.trends: WARN, never FAIL) and the counters
     its record keeps (None: nothing read). ``scanned``: this scan's time and the node's boot
-    id. The node's folded window is not changed: the record, appended, folds in later."""
+    id; ``sample``: the counters read in its evidence (None: no evidence). The node's folded
+    window is not changed: the record, appended, folds in later."""
     stamp, boot_id = scanned
-    sample = trends.observe_bundle(host_dir, node.measurements) if host_dir else None
     if profile is None and host_dir is not None:
         profile = _bundle_profile(host_dir)
     fresh = sample is not None and bool(sample.read or sample.values)
@@ -662,7 +689,7 @@ def scan(
     inv_path = inventory.path if isinstance(inventory, Inventory) else Path(inventory).resolve()
     with _open_history(history) as first:
         report = certify.certify(
-            inventory, limit=limit, probes=probes, progress=progress, verb="scan"
+            inventory, limit=limit, probes=probes, progress=progress, verb="scan", observe=_observe
         )
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         bundle = report.bundle
@@ -674,8 +701,7 @@ def scan(
             for judged in report.nodes:
                 now = judged.failing()
                 past = before.get(judged.host)
-                seen = escalation.observe_bundle(bundle / judged.host) if bundle else None
-                seen = seen or escalation.Observation()
+                seen, sample = _observed(judged, bundle / judged.host if bundle else None)
                 found = escalation.escalations(
                     seen, past.faults if past else None, rma_after_reboots
                 )
@@ -686,6 +712,7 @@ def scan(
                     past,
                     bundle / judged.host if bundle else None,
                     (stamp, seen.boot_id),
+                    sample,
                 )
                 nodes.append(node)
                 records.append(

@@ -155,9 +155,14 @@ def _time(text: str) -> datetime | None:
         return None
 
 
+# the evidence files observe() reads
+READS = (NVLINK_ERRORS_FILE, SMI_Q_FILE)
+
+
 def observe(evidence: Mapping[str, Any], measurements: Iterable[Mapping[str, Any]] = ()) -> Sample:
     """The counters one node's evidence shows (time and boot id left for the caller). What
     cannot be read adds nothing: its counters are unknown at this scan."""
+    from gpuboot.checks.base import parsed
     from gpuboot.checks.smi import smi_q
     from gpuboot.evidence.nvlink import parse_nvlink_errors
 
@@ -166,7 +171,7 @@ def observe(evidence: Mapping[str, Any], measurements: Iterable[Mapping[str, Any
     out = evidence.get(NVLINK_ERRORS_FILE)
     if out is not None and out.rc == 0 and not getattr(out, "incomplete", ""):
         try:
-            errors = parse_nvlink_errors(out.stdout)
+            errors = parsed(parse_nvlink_errors, out.stdout)  # the NVLink rule's, if it ran
         except GpubootError:
             errors = None
         # an elided capture shows some links only: the others are unknown, not 0
@@ -209,7 +214,7 @@ def observe_bundle(host_dir: Path, measurements: Iterable[Mapping[str, Any]] = (
     try:
         files = {
             name: read_file_capped(host_dir / name)
-            for name in (NVLINK_ERRORS_FILE, SMI_Q_FILE, META)
+            for name in (*READS, META)
             if os.path.lexists(host_dir / name)
         }
         evidence, _meta = host_bundle(files, str(host_dir))
