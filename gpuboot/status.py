@@ -10,6 +10,9 @@ its run directories look like certify's: the run ids the scan history names are 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,8 @@ from typing import Any
 from gpuboot import paths
 from gpuboot.errors import ConfigError
 from gpuboot.report._util import host_key, iso, parse_iso, utc_now
-from gpuboot.results import RunReport
-from gpuboot.verdict import Status
-from gpuboot.yamlsafe import read_capped_json
+from gpuboot.verdict import BAD, Status
+from gpuboot.yamlsafe import decode_utf8, loads_json_bounded, read_capped_bytes, read_capped_json
 
 REPORT = "report.json"
 CERT_DIR = Path("reports") / "certificates"
@@ -38,6 +40,76 @@ def _read_json(path: Path, limit: int) -> Any:
         return read_capped_json(path, limit, "file", hint="")
     except ConfigError:
         return None
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    """What a node's history and status tell of a kept certify run: its verdict and the
+    rules it failed or could not judge (sorted, once each)."""
+
+    host: str
+    verdict: str
+    bad: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KeptReport:
+    """A kept report.json as `gpuboot status` reads it: its bundle and its nodes of those
+    asked for, in the report's order (results.RunReport reads it whole, every finding a
+    Finding: ~30 of them a node, for a verdict and a few rule ids)."""
+
+    bundle: Path | None
+    nodes: tuple[KeptNode, ...]
+
+
+# A node's name in a report.json, as its writer puts it (or any other JSON writer): the
+# value of a "host" key, a string written out or anything else (a number, null).
+_HOST_VALUE = re.compile(rb'"host"\s*:\s*("[^"]*"|.)')
+
+
+def read_kept_report(path: Path, hosts: Collection[str] | None = None) -> KeptReport | None:
+    """The report.json ``path``, its nodes among ``hosts`` (every node with None); None if
+    it is none (gone, torn, not a report: as RunReport.from_dict). A report that cannot
+    name any of ``hosts`` is not parsed (a kept run of other nodes costs a text search)."""
+    try:
+        data = read_capped_bytes(path, MAX_REPORT_BYTES, "file", hint="")
+        if hosts is not None and not _may_name(data, hosts):
+            return KeptReport(None, ())
+        doc = loads_json_bounded(decode_utf8(data, str(path), hint=""))
+    except (ConfigError, ValueError):
+        return None
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(nodes, list):
+        return None
+    kept = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        host = str(node.get("host"))
+        if hosts is not None and host not in hosts:
+            continue
+        findings = node.get("findings")
+        bad = {
+            str(f.get("rule"))
+            for f in (findings if isinstance(findings, list) else ())
+            if isinstance(f, dict) and str(f.get("status")) in BAD
+        }
+        kept.append(KeptNode(host, str(node.get("verdict")), tuple(sorted(bad))))
+    bundle = Path(str(doc["bundle"])) if doc.get("bundle") else None
+    return KeptReport(bundle, tuple(kept))
+
+
+def _may_name(data: bytes, hosts: Collection[str]) -> bool:
+    """Whether the JSON text ``data`` may hold a node named one of ``hosts``; False only
+    when it surely cannot. A text with no backslash writes every string as itself, so a
+    node's name is the quoted text after its "host" key (a name that is no string, or a
+    node without one, str()-ed as RunReport does, is left to the parse)."""
+    if b"\\" in data or "None" in hosts:
+        return True
+    names = set(_HOST_VALUE.findall(data))
+    if any(not name.startswith(b'"') for name in names):
+        return True
+    return any(f'"{host}"'.encode() in names for host in hosts)
 
 
 def _certify_runs(runs: Path, skip: set[str]) -> list[Path]:
@@ -78,9 +150,8 @@ def _certify_view(
     for run_dir in _certify_runs(runs, skip):
         if wanted is not None and wanted <= set(out):
             break  # every node asked for has its newest run
-        try:
-            report = RunReport.from_dict(_read_json(run_dir / REPORT, MAX_REPORT_BYTES))
-        except ValueError:  # not a report (torn, hand-edited): the run is passed over
+        report = read_kept_report(run_dir / REPORT, None if wanted is None else wanted - set(out))
+        if report is None:  # not a report (torn, hand-edited): the run is passed over
             continue
         try:
             when = iso(datetime.fromtimestamp((run_dir / REPORT).stat().st_mtime, UTC))
@@ -88,7 +159,7 @@ def _certify_view(
             continue
         for node in report.nodes:
             host = node.host
-            if host in out or (wanted and host not in wanted):
+            if host in out:
                 continue
             out[host] = {
                 "verdict": node.verdict,

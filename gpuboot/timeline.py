@@ -17,9 +17,7 @@ from gpuboot import paths, scan
 from gpuboot.errors import BadInput
 from gpuboot.remediate.ladder import RELEASE
 from gpuboot.report._util import iso, parse_iso
-from gpuboot.results import RunReport
-from gpuboot.status import CERT_DIR, MAX_CERT_BYTES, MAX_REPORT_BYTES, REPORT, _read_json
-from gpuboot.verdict import Status
+from gpuboot.status import CERT_DIR, MAX_CERT_BYTES, REPORT, _read_json, read_kept_report
 
 # Kinds in the order entries of one instant are told (a scan sees the reboot before it).
 KINDS = (
@@ -102,23 +100,31 @@ def certify_entries(runs: Path, hosts: set[str], skip: set[str]) -> Entries:
     for run_dir in _runs(runs, "certify"):
         if run_dir.name in skip:  # an old scan's run, named -certify-: the history has it
             continue
-        try:
-            report = RunReport.from_dict(_read_json(run_dir / REPORT, MAX_REPORT_BYTES))
-        except ValueError:
-            continue
+        report = read_kept_report(run_dir / REPORT, hosts)
         time = _mtime(run_dir / REPORT)
+        if report is None or not report.nodes or time is None:
+            continue
+        certs = _names(run_dir / CERT_DIR)
         for node in report.nodes:
-            if node.host not in hosts or time is None:
-                continue
-            bad = sorted({f.rule for f in node.findings if f.status in (Status.FAIL, Status.ERROR)})
-            what = node.verdict + (f" ({' '.join(bad)})" if bad else "")
+            what = node.verdict + (f" ({' '.join(node.bad)})" if node.bad else "")
             cert_path = run_dir / CERT_DIR / f"{node.host}.json"
-            cert = _read_json(cert_path, MAX_CERT_BYTES) if is_safe_name(node.host) else None
+            cert = None
+            if cert_path.name in certs and is_safe_name(node.host):
+                cert = _read_json(cert_path, MAX_CERT_BYTES)
             if isinstance(cert, dict):
                 scope = cert.get("scope")
                 what += f"; certificate {cert_path} ({scope}), expires {cert.get('expires_at')}"
             out.setdefault(node.host, []).append(_entry(time, "certify", run_dir.name, what))
     return out
+
+
+def _names(folder: Path) -> set[str]:
+    """The names in ``folder`` (none if it is gone): a run certifies few of its nodes, or
+    none, and a certificate's read is tried only where one is."""
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
 
 
 def _history_lines(history: Path, hosts: set[str] | None, warn) -> Entries:
