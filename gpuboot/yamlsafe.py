@@ -27,6 +27,7 @@ from gpuboot.errors import ConfigError
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 64  # no file gpuboot reads nests half as deep
 MAX_YAML_VALUES = 1_000_000  # scalars and collections once every alias is expanded
+SMALL_JSON = 64 * 1024  # a document this short is first looked at for its brackets
 _CONTAINERS = frozenset({dict, list})
 _IS_CONTAINER = _CONTAINERS.__contains__  # a C predicate: no Python call per value
 
@@ -98,8 +99,10 @@ def loads_json_bounded(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     except RecursionError:  # the C decoder's own guard, some thousand levels down
         raise ValueError(f"nests deeper than {max_depth} levels") from None
     # a container opens with a bracket: no more of them in the text, no deeper nesting
-    # (the many small documents, a history's lines, are passed without a walk)
-    if _brackets(text) > max_depth and nesting_depth(value, max_depth) > max_depth:
+    # (the many small documents, a history's lines, are passed without a walk; a large
+    # one always holds more, and counting them would cost a pass over its text)
+    small = len(text) <= SMALL_JSON and _brackets(text) <= max_depth
+    if not small and nesting_depth(value, max_depth) > max_depth:
         raise ValueError(f"nests deeper than {max_depth} levels")
     return value
 

@@ -73,3 +73,10 @@ def test_brackets_inside_strings_are_not_nesting():
     assert loads_json_bounded(json.dumps(doc)) == doc
     wide = [[{"a": [i]}] for i in range(100)]  # many containers, shallow: walked, passed
     assert loads_json_bounded(json.dumps(wide)) == wide
+
+
+def test_a_large_document_is_walked_for_its_depth():
+    padding = "x" * 200_000  # past the size below which brackets are counted first
+    with pytest.raises(ValueError, match="nests deeper than 64 levels"):
+        loads_json_bounded(json.dumps([padding, _nested(65)]))
+    assert loads_json_bounded(json.dumps([padding, _nested(63)]))[0] == padding
