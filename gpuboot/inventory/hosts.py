@@ -13,6 +13,7 @@ from gpuboot.inventory.rdma import check_rdma_vars
 
 if TYPE_CHECKING:
     from gpuboot.stacks.model import Stack
+    from gpuboot.stacks.rules import Violation
 
 PROFILE_FIX = "set a SKU profile from gpuboot/profiles/ (`gpuboot lab up` writes one)"
 # A host names its software either as a whole stack or, for the driver alone, as pins.
@@ -50,20 +51,20 @@ def check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, HostV
     """Every host's profile and software choice, checked before any host is touched, and
     its view; every broken compatibility rule of every host is reported at once."""
     from gpuboot.report.extent import check_inventory_policies
-    from gpuboot.stacks import check_stack
 
     _check_os_families(path, hosts)
     check_inventory_policies(path, hosts)  # gpuboot_accept_partial: known gap names only
+    shared = _Shared()
     problems: list[str] = []
     fixes: list[str] = []
     views: dict[str, HostView] = {}
     for host, hostvars in hosts.items():
-        profile = _host_profile(path, host, hostvars)
+        profile = _host_profile(path, host, hostvars, shared)
         check_rdma_vars(path, host, hostvars, profile)  # pod RDMA: gpuboot_rdma_*
         layout = _mig_layout(hostvars, profile, f"{path}: {host}.gpuboot_mig")
-        stack = _host_stack(path, host, hostvars)
+        stack = _host_stack(path, host, hostvars, shared)
         if stack is not None:
-            for v in check_stack(stack, profile, where=f"{path}: {host}.gpuboot_stack"):
+            for v in shared.violations(stack, profile, f"{path}: {host}.gpuboot_stack"):
                 problems.append(f"{v.rule_id} {v.where}: {v.message}")
                 fixes.append(v.fix)
         role_vars = derive_role_vars(hostvars, profile, layout, stack)
@@ -77,7 +78,37 @@ def check_hosts(path: Path, hosts: dict[str, dict[str, Any]]) -> dict[str, HostV
     return views
 
 
-def _host_profile(path: Path, host: str, hostvars: dict[str, Any]) -> dict[str, Any]:
+class _Shared:
+    """What a fleet's hosts have in common, worked out once per load: a thousand hosts
+    name a few profiles and stacks, each read and checked once. Hosts naming one profile
+    share one copy of it (nothing changes a host's profile after the load). Only what
+    loaded is kept: a name that does not load is refused for the first host naming it,
+    with that host's key, as before."""
+
+    def __init__(self) -> None:
+        self.profiles: dict[str, dict[str, Any]] = {}
+        self.stacks: dict[str, Stack] = {}
+        # (stack, profile) by identity, both held by the views: pairs that break no rule
+        self._compatible: set[tuple[int, int]] = set()
+
+    def violations(self, stack: Stack, profile: dict[str, Any], where: str) -> list[Violation]:
+        """check_stack's violations for this host; the same stack on the same profile
+        breaks the same rules, so a compatible pair is checked once (where only names
+        the host in a violation)."""
+        from gpuboot.stacks import check_stack
+
+        pair = (id(stack), id(profile))
+        if pair in self._compatible:
+            return []
+        found = check_stack(stack, profile, where=where)
+        if not found:
+            self._compatible.add(pair)
+        return found
+
+
+def _host_profile(
+    path: Path, host: str, hostvars: dict[str, Any], shared: _Shared
+) -> dict[str, Any]:
     from gpuboot.profiles import load_profile
 
     if "gpuboot_profile" not in hostvars:
@@ -86,15 +117,21 @@ def _host_profile(path: Path, host: str, hostvars: dict[str, Any]) -> dict[str, 
             where=f"{path}: {host}.gpuboot_profile",
             hint=PROFILE_FIX,
         )
+    name = hostvars["gpuboot_profile"]
+    if isinstance(name, str) and name in shared.profiles:
+        return shared.profiles[name]
     try:
-        return load_profile(hostvars["gpuboot_profile"])
+        profile = load_profile(name)
     except ConfigError as exc:
         raise ConfigError(
             exc.message, where=f"{path}: {host}.gpuboot_profile", hint=exc.hint
         ) from exc
+    if isinstance(name, str):
+        shared.profiles[name] = profile
+    return profile
 
 
-def _host_stack(path: Path, host: str, hostvars: dict[str, Any]) -> Stack | None:
+def _host_stack(path: Path, host: str, hostvars: dict[str, Any], shared: _Shared) -> Stack | None:
     """The host's stack, or None where it pins the driver alone (those pins checked)."""
     from gpuboot.stacks import load_stack
 
@@ -116,12 +153,17 @@ def _host_stack(path: Path, host: str, hostvars: dict[str, Any]) -> Stack | None
             where=f"{path}: {host}.{clash[0]}",
             hint="the stack pins the driver: remove the separate pin",
         )
+    if isinstance(stack_name, str) and stack_name in shared.stacks:
+        return shared.stacks[stack_name]
     try:
-        return load_stack(stack_name)
+        stack = load_stack(stack_name)
     except ConfigError as exc:
         raise ConfigError(
             exc.message, where=f"{path}: {host}.gpuboot_stack", hint=exc.hint
         ) from exc
+    if isinstance(stack_name, str):
+        shared.stacks[stack_name] = stack
+    return stack
 
 
 def _check_driver_pins(path: Path, host: str, hostvars: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ the roles, an offline mirror and an upgrade plan need. Schema and rules: README.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gpuboot.errors import ConfigError
@@ -79,4 +80,27 @@ def load_stack(name_or_path: str | Path) -> Stack:
             )
     else:
         path = Path(name_or_path)
-    return _read(path, _label(path))
+    return _read_once(path)
+
+
+# (absolute path, path as named) -> (the file's stamp, its Stack): a fleet's hosts name a
+# few stacks, each read and schema-checked once; a file that changed is read again. A
+# Stack is frozen, so every caller may hold the same one.
+_LOADED: dict[tuple[str, Path], tuple[tuple[int, int, int], Stack]] = {}
+
+
+def _read_once(path: Path) -> Stack:
+    key = (os.path.abspath(path), path)  # the label and Stack.path follow the name given
+    try:
+        # lstat: a link or FIFO put in the file's place is read again (and refused)
+        st = os.lstat(path)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    cached = _LOADED.get(key)
+    if stamp is not None and cached is not None and cached[0] == stamp:
+        return cached[1]
+    stack = _read(path, _label(path))
+    if stamp is not None:
+        _LOADED[key] = (stamp, stack)
+    return stack
