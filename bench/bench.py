@@ -13,6 +13,8 @@ in the same run (absolute seconds depend on the machine; ratios travel).
   install no-op    / install first      the same, vs. converging the 550 stack from scratch
   install --full   / install first      a re-run that runs every role (no fingerprint skip)
   evaluate (1000 nodes) / reading them  offline judging vs. just reading the evidence
+  inventory load (1000 hosts)           controller CPU of reading and checking the inventory,
+                                        which every verb does once: in all and per host
 
 Usage: .venv/bin/python bench/bench.py [--nodes 10] [--json]
 """
@@ -30,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -106,6 +109,56 @@ def evaluate_throughput(bundle: Path, out: Path, hosts: int, rounds: int = 3) ->
     }
 
 
+def fleet_inventory(hosts: int, domains: int = 4) -> dict[str, Any]:
+    """An inventory of ``hosts`` GPU nodes on one profile and stack, spread over
+    ``domains`` domains with one executor each: a fleet no lab here can hold."""
+    nodes = {
+        f"gpu{i:05d}": {
+            "ansible_host": f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}",
+            "gpuboot_domain": f"hall-{i % domains}",
+        }
+        for i in range(hosts)
+    }
+    executors = {
+        f"ex{i}": {"ansible_host": f"10.0.0.{i + 1}", "gpuboot_executor_domains": [f"hall-{i}"]}
+        for i in range(domains)
+    }
+    return {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "gpuboot_profile": "hgx-h100-sxm-8gpu",
+                "gpuboot_stack": "lts-550-cuda12.4",
+            },
+            "hosts": nodes,
+            "children": {"gpuboot_executors": {"hosts": executors}},
+        }
+    }
+
+
+def inventory_load(scratch: Path, hosts: int = 1000, rounds: int = 3) -> dict[str, float]:
+    """CPU of `load_inventory` (every verb's first step on the controller) on a generated
+    inventory of ``hosts`` nodes, the best of ``rounds``: the first pays the imports. A
+    cost per host that a 10-node lab hides is plain at 1,000."""
+    import yaml
+
+    from gpuboot.inventory import load_inventory
+
+    path = scratch / "fleet-inventory.yml"
+    path.write_text(yaml.safe_dump(fleet_inventory(hosts)))
+    cpu = []
+    for _ in range(rounds):
+        started = time.process_time()
+        inv = load_inventory(path)
+        cpu.append(time.process_time() - started)
+        assert len(inv.views) == hosts
+    return {
+        "inventory_load_hosts": hosts,
+        "inventory_load_cpu_s": min(cpu),
+        "inventory_load_cpu_per_host_ms": 1000 * min(cpu) / hosts,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=10)
@@ -160,6 +213,7 @@ def main() -> int:
             labmod.down(name)
         # offline judging: measured after the lab is down, its ten nodes' services stopped
         results.update(evaluate_throughput(bundle, scratch / "big", hosts=1000))
+        results.update(inventory_load(scratch))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -203,6 +257,11 @@ def main() -> int:
     ):
         print(f"{key[:-2].replace('_', ' '):<20} {results[key]:6.1f} s")
     print(f"evaluate throughput   {results['evaluate_nodes_per_s']:6.0f} nodes/s")
+    print(
+        f"inventory load        {results['inventory_load_cpu_s']:6.2f} s CPU for "
+        f"{results['inventory_load_hosts']:.0f} hosts "
+        f"({results['inventory_load_cpu_per_host_ms']:.2f} ms/host)"
+    )
     print(
         f"load (1 min) at start {results['load_1min_at_start']:.1f}, "
         f"at end {results['load_1min_at_end']:.1f} (2 cores)"
