@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuboot import engine, judging
+from gpuboot import engine, judging, paths
 from gpuboot.bundle.manifest import NO_MANIFEST_HINT, Manifest, check_manifest, read_manifest
 from gpuboot.bundle.model import BundleError, Evidence
 from gpuboot.bundle.profile import SHIPPED, bundle_profile
@@ -61,7 +61,8 @@ def certify(
         verb=verb,
         observe=observe,
     )
-    (result.run_dir / "report.json").write_text(json.dumps(result.to_dict(), indent=2))
+    # whole or not at all: status and the timelines read kept reports while runs go on
+    paths.write_private(result.run_dir / "report.json", json.dumps(result.to_dict(), indent=2))
     return result
 
 

@@ -232,8 +232,9 @@ def test_the_report_keeps_certify_json_shape(inv, monkeypatch):
             "severity",
             "applicable",
         }
-    kept = json.loads((Path(report["run_dir"]) / "report.json").read_text())
-    assert kept == report
+    kept = Path(report["run_dir"]) / "report.json"
+    assert json.loads(kept.read_text()) == report
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600  # the run's records are the operator's
 
 
 def test_the_transport_is_built_from_the_checked_inventory(tmp_path):
