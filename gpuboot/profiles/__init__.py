@@ -7,6 +7,7 @@ Profiles are YAML data beside this file (schema in README.md). The lab turns one
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -293,25 +294,28 @@ def _validate_trends(trends: Any, where: str) -> None:
         _source(drop, at, where)
 
 
-# path -> ((mtime, size), validated profile): evaluate reads one profile per node.
-_LOADED: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+# absolute path -> ((inode, mtime, size), validated profile): evaluate reads one profile
+# per node. Absolute: a relative path names another file once the working directory moves.
+_LOADED: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
 
 def load_profile(name_or_path: str | Path) -> dict[str, Any]:
     """Load a profile by name (``hgx-h100-sxm-8gpu``) or path, validated. The caller
     gets its own copy; the file is parsed again only when it changed."""
     path = _resolve(name_or_path)
+    key = os.path.abspath(path)
     try:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
+        # lstat: a link or FIFO put in the file's place is read again (and refused)
+        st = os.lstat(path)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None
-    cached = _LOADED.get(path)
+    cached = _LOADED.get(key)
     if stamp is not None and cached is not None and cached[0] == stamp:
         return copy.deepcopy(cached[1])
     data = _load_profile(path)
     if stamp is not None:
-        _LOADED[path] = (stamp, copy.deepcopy(data))
+        _LOADED[key] = (stamp, copy.deepcopy(data))
     return data
 
 

@@ -178,3 +178,21 @@ def test_a_name_that_does_not_load_is_refused_for_the_first_host(tmp_path, key, 
         load_inventory(path)
     assert err.value.message == message
     assert err.value.where == f"{path}: gpu00.{key}"
+
+
+def test_a_relative_profile_path_names_the_file_of_the_working_directory(tmp_path, monkeypatch):
+    """Two sites' inventories each name ./profile.yaml, loaded one after the other in one
+    process: each gets its own directory's profile, though the two files have the same
+    size and time."""
+    shipped = yaml.safe_load((profiles.PROFILE_DIR / f"{H100}.yaml").read_text())
+    loaded = []
+    for site in ("site-a", "site-b"):
+        where = tmp_path / site
+        where.mkdir()
+        profile = where / "profile.yaml"
+        profile.write_text(yaml.safe_dump({**shipped, "description": f"the {site} SKU"}))
+        os.utime(profile, ns=(1_700_000_000_000_000_000,) * 2)
+        monkeypatch.chdir(where)
+        path = write_inventory(where, fleet(2, STACK, profile="./profile.yaml"))
+        loaded.append(load_inventory(path).views["gpu01"].profile["description"])
+    assert loaded == ["the site-a SKU", "the site-b SKU"]
