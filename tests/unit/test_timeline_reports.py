@@ -44,10 +44,10 @@ def _runs(tmp_path) -> None:
     failed = [
         _finding("STK-001", "PASS"),
         _finding("NVL-001", "FAIL", "2 links down"),
-        _finding("DCG-002", "ERROR", "dcgmi did not answer"),
+        _finding("DCG-001", "ERROR", "dcgmi did not answer"),
         _finding("THR-001", "WARN"),
         _finding("NVL-001", "FAIL", "again"),  # one rule failed twice: told once
-        _finding("AAA-009", "SKIPPED"),
+        _finding("BW-006", "SKIPPED"),
     ]
     first = _certify(
         runs,
@@ -97,7 +97,7 @@ def test_certify_runs_in_a_timeline_are_told_byte_for_byte(tmp_path, guard, caps
             "time": "2026-11-20T09:05:00Z",
             "kind": "certify",
             "run_id": "20261120T090000-certify-aaaaaa",
-            "summary": f"FAIL (DCG-002 NVL-001); certificate {cert} (partial), "
+            "summary": f"FAIL (DCG-001 NVL-001); certificate {cert} (partial), "
             "expires 2026-12-20T09:05:00Z",
         },
         {
