@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuboot.bundle.model import MAX_PROFILE_BYTES
 from gpuboot.errors import ConfigError
+from gpuboot.filecache import FileCache
 from gpuboot.yamlsafe import read_capped_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -294,29 +295,16 @@ def _validate_trends(trends: Any, where: str) -> None:
         _source(drop, at, where)
 
 
-# absolute path -> ((inode, mtime, size), validated profile): evaluate reads one profile
-# per node. Absolute: a relative path names another file once the working directory moves.
-_LOADED: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+# validated profiles by absolute path: evaluate reads one profile per node. Absolute: a
+# relative path names another file once the working directory moves.
+_LOADED: FileCache[dict[str, Any]] = FileCache()
 
 
 def load_profile(name_or_path: str | Path) -> dict[str, Any]:
     """Load a profile by name (``hgx-h100-sxm-8gpu``) or path, validated. The caller
     gets its own copy; the file is parsed again only when it changed."""
     path = _resolve(name_or_path)
-    key = os.path.abspath(path)
-    try:
-        # lstat: a link or FIFO put in the file's place is read again (and refused)
-        st = os.lstat(path)
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = None
-    cached = _LOADED.get(key)
-    if stamp is not None and cached is not None and cached[0] == stamp:
-        return copy.deepcopy(cached[1])
-    data = _load_profile(path)
-    if stamp is not None:
-        _LOADED[key] = (stamp, copy.deepcopy(data))
-    return data
+    return copy.deepcopy(_LOADED.get(os.path.abspath(path), path, lambda: _load_profile(path)))
 
 
 def _load_profile(path: Path) -> dict[str, Any]:

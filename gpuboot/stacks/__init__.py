@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from gpuboot.errors import ConfigError
+from gpuboot.filecache import FileCache
 from gpuboot.stacks.model import OS_FAMILIES, Component, Driver, KernelPins, Package, Pins, Stack
 from gpuboot.stacks.model import read_stack_file as _read
 from gpuboot.stacks.plan import (
@@ -83,24 +84,10 @@ def load_stack(name_or_path: str | Path) -> Stack:
     return _read_once(path)
 
 
-# (absolute path, path as named) -> (the file's stamp, its Stack): a fleet's hosts name a
-# few stacks, each read and schema-checked once; a file that changed is read again. A
-# Stack is frozen, so every caller may hold the same one.
-_LOADED: dict[tuple[str, Path], tuple[tuple[int, int, int], Stack]] = {}
+# A Stack is frozen, so every caller may hold the same one.
+_LOADED: FileCache[Stack] = FileCache()
 
 
 def _read_once(path: Path) -> Stack:
     key = (os.path.abspath(path), path)  # the label and Stack.path follow the name given
-    try:
-        # lstat: a link or FIFO put in the file's place is read again (and refused)
-        st = os.lstat(path)
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = None
-    cached = _LOADED.get(key)
-    if stamp is not None and cached is not None and cached[0] == stamp:
-        return cached[1]
-    stack = _read(path, _label(path))
-    if stamp is not None:
-        _LOADED[key] = (stamp, stack)
-    return stack
+    return _LOADED.get(key, path, lambda: _read(path, _label(path)))
