@@ -316,6 +316,11 @@ def run(
         steps.finished_host,
         "gpuboot_judge_timeout",
     )
+    if observe is not None:  # a node judged without its evidence (unread, late) shows nothing
+        judged = {
+            n: r if r.observed is not None else replace(r, observed=observe({}, r))
+            for n, r in judged.items()
+        }
     cpu.lap("judge")
     nodes = tuple(
         replace(judged[name], executor=ran_by.get(name, CONTROLLER)) for name in sort_hosts(store)

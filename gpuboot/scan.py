@@ -624,8 +624,9 @@ def _observe(evidence: Evidence, node: NodeReport) -> tuple[escalation.Observati
 def _observed(
     node: NodeReport, host_dir: Path | None
 ) -> tuple[escalation.Observation, trends.Sample | None]:
-    """What _observe read in the judging worker; for a node judged without it (a report
-    made elsewhere), the same read from its bundle; nothing without one."""
+    """What _observe read in the judging worker (nothing for a node whose evidence was not
+    judged: its bundle is never parsed again without a deadline); for a report made
+    elsewhere, the same read from its bundle; nothing without one."""
     if node.observed is not None:
         return node.observed
     if host_dir is None:

@@ -295,3 +295,17 @@ def test_the_controllers_cpu_is_told_by_phase_reaching_the_nodes_apart(inv):
     assert cpu["judge"] < cpu["reach"]
     back = engine.RunReport.from_dict(report.to_dict())
     assert back.controller_cpu_s == cpu
+
+
+def test_a_node_judged_without_its_evidence_observes_nothing(inv):
+    """A scan reads a node's boot, faults and counters where its rules ran; a node that
+    never got there (unreachable, or late) observes an empty evidence, so nothing parses
+    its files again outside the judging deadline."""
+    seen = engine.run(
+        str(inv),
+        transport=fake(n2=Failing(RuntimeError("ssh: connection refused"))),
+        observe=lambda evidence, report: (report.host, sorted(evidence)),
+    )
+    observed = {n.host: n.observed for n in seen.nodes}
+    assert observed["n2"] == ("n2", [])
+    assert observed["n1"][0] == "n1" and observed["n1"][1]  # its evidence, read in the worker
