@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +70,19 @@ def test_release_refuses_a_live_job(tmp_path):
     assert jobs.release(job) is True and not job.dir.exists()
 
 
+def _until_running(proc: subprocess.Popen, word: str, timeout_s: float = 10.0) -> None:
+    """Until /proc shows ``proc`` running with ``word`` on its command line (a loaded
+    machine may show it a moment after Popen returns); fails if it ended instead."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the stand-in process ended (exit {proc.returncode})"
+        with contextlib.suppress(OSError):
+            if word.encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                return
+        time.sleep(0.05)
+    pytest.fail(f"process {proc.pid} never showed {word} on its command line")
+
+
 @pytest.mark.subprocess
 def test_what_a_dead_job_left_running_is_ended_and_nothing_of_another_job(tmp_path):
     """Only processes naming the job's own data directory (or a path under it) are ended:
@@ -76,6 +92,7 @@ def test_what_a_dead_job_left_running_is_ended_and_nothing_of_another_job(tmp_pa
     left = subprocess.Popen([sys.executable, "-c", code, str(mine / "inventory")])
     other = subprocess.Popen([sys.executable, "-c", code, str(neighbour)])
     try:
+        _until_running(left, str(mine))
         assert procs.end_marked(str(mine)) == [left.pid]
         assert left.wait(10) != 0 and other.poll() is None
     finally:
