@@ -11,9 +11,16 @@ DEB_PACKAGES := podman runc debootstrap dpkg-dev apt-utils gnupg openssh-client 
                 dnf-plugins-core tmux
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup demo test test-fast test-gate test-lab test-unit lint bench clean
+.PHONY: setup demo test test-fast test-gate test-lab test-unit lint bench clean bytecode
 
-setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/promtool $(STAMPS)/image
+setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/promtool $(STAMPS)/image bytecode
+
+# An installed wheel carries its bytecode (pip compiles it); an editable tree has it only
+# where Python may write it, and a machine that sets PYTHONDONTWRITEBYTECODE never does:
+# every gpuboot process (each test's CLI, each verb the bench times) would compile its
+# modules again. Only changed files are compiled; a stale .pyc is never used.
+bytecode: $(STAMPS)/venv
+	$(BIN)/python -m compileall -q gpuboot lab/gpuboot_lab
 
 # Debian packages: apt-get runs only when one is missing.
 $(STAMPS)/system: Makefile
@@ -64,7 +71,7 @@ UNIT := not lab and not molecule and not browser
 
 test: test-gate test-lab
 
-test-fast: $(STAMPS)/venv
+test-fast: $(STAMPS)/venv bytecode
 	$(BIN)/python -m pytest tests -m "$(UNIT) and not subprocess" -x -q -p no:cacheprovider
 
 # Two workers, a test module each at a time (a module's fixtures are built once): every
@@ -77,7 +84,7 @@ test-gate: test-fast $(STAMPS)/system $(STAMPS)/promtool lint
 test-lab: test-gate $(STAMPS)/image
 	$(BIN)/python -m pytest tests -m "lab or molecule or browser" -n 2 --dist loadfile --durations=40
 
-test-unit: $(STAMPS)/venv
+test-unit: $(STAMPS)/venv bytecode
 	$(BIN)/python -m pytest tests -m "$(UNIT)"
 
 lint: $(STAMPS)/venv
