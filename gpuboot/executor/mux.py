@@ -6,7 +6,8 @@ the post-quantum sntrup761x25519, about 0.1 s of CPU), so a verb run from the CL
 one master per executor (ControlMaster=auto: the first connection becomes it) through a
 private directory of its own, made at the first executor command, and ends the masters on
 every way out. A master left by a controller killed outright ends ControlPersist seconds
-after its last session. Library callers outside `shared_connections()` connect once per
+after its last session; its directory, named after the verb's pid, goes at a later verb's
+first executor command. Library callers outside `shared_connections()` connect once per
 command, as before.
 
 An operator's own ControlPath (ansible_ssh_args) comes first on ssh's command line and
@@ -16,8 +17,10 @@ wins: ssh takes the first value of an option.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -49,10 +52,36 @@ class _Verb:
                 self._made = True
                 try:
                     base = paths.private_dir(paths.home() / "ssh")
-                    self.dir = Path(tempfile.mkdtemp(prefix="", dir=base))
+                    _sweep(base)
+                    self.dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
                 except (GpubootError, OSError):  # each command connects on its own
                     self.dir = None
             return self.dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def _sweep(base: Path) -> None:
+    """Remove what verbs killed outright left: a directory whose verb is gone and whose
+    masters have ended (a socket in it is a master still persisting: left for later)."""
+    for verb_dir in base.iterdir():
+        pid = verb_dir.name.split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if any(stat.S_ISSOCK(p.lstat().st_mode) for p in verb_dir.iterdir()):
+                continue
+            shutil.rmtree(verb_dir)
+        except OSError:
+            continue
 
 
 _verb: _Verb | None = None

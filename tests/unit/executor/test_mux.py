@@ -5,6 +5,8 @@ when it ends."""
 
 from __future__ import annotations
 
+import os
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -83,3 +85,25 @@ def test_no_private_directory_means_a_connection_per_command(inv, tmp_path, monk
     with mux.shared_connections():
         argv = route.executor(inv, "ex-b").command("versions")
     assert "ControlMaster=auto" not in argv
+
+
+def test_a_later_verb_removes_what_a_killed_verb_left_and_nothing_in_use(inv, home):
+    """A verb killed outright leaves its directory; the next verb to reach an executor
+    removes it once its masters have ended, and never a live verb's or a persisting
+    master's."""
+    never = int(Path("/proc/sys/kernel/pid_max").read_text())  # no process has this pid
+    ssh = home / "ssh"
+    left = ssh / f"{never}-abc"
+    persisting = ssh / f"{never}-def"
+    live = ssh / f"{os.getpid()}-ghi"
+    foreign = ssh / "not-a-verb"
+    for d in (left, persisting, live, foreign):
+        d.mkdir(parents=True)
+    (left / "stale").write_text("")
+    with socket.socket(socket.AF_UNIX) as master:
+        master.bind(str(persisting / "0123456789ab"))
+        with mux.shared_connections():
+            (sock,) = _value(route.executor(inv, "ex-b").command("versions"), "ControlPath")
+            assert Path(sock).parent.name.startswith(f"{os.getpid()}-")
+        assert not left.exists()
+        assert persisting.exists() and live.exists() and foreign.exists()
