@@ -148,10 +148,6 @@ def _start_worker(
     """The worker under its guard (guard.py: what the job started ends with the supervisor,
     however it dies), in a session of its own; the guard and the worker's pid."""
     job.data.mkdir(mode=0o700)
-    # what the job's processes leave in temp when they are killed (Ansible's module payloads
-    # on a local host) is in the job directory, which goes at every end
-    tmp = job.dir / "tmp"
-    tmp.mkdir(mode=0o700)
     pid_read, pid_write = os.pipe()
     try:
         with (job.dir / "worker.err").open("wb") as err:
@@ -165,7 +161,7 @@ def _start_worker(
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                env={**scrubbed_env(dict(os.environ)), "TMPDIR": str(tmp)},
+                env=scrubbed_env(dict(os.environ)),
                 start_new_session=True,
                 pass_fds=(lock_fd, pid_write),  # the job stays live while its worker lives
             )

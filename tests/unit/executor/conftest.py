@@ -54,13 +54,8 @@ def write_job(data: Path) -> Path:
     (data / "inventory").mkdir()
     for name, text in PLAYS.items():
         (data / "project" / name).write_text(text)
-    # the hosts are this one: their temp stays in the test's directory, also when a test kills
-    # a task half way
-    remote_tmp = data.parent / "remote-tmp"
     hosts = "".join(
-        f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}"
-        f" ansible_remote_tmp={remote_tmp}\n"
-        for h in HOSTS
+        f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}\n" for h in HOSTS
     )
     (data / "inventory" / "hosts").write_text(hosts)
     (data / "env").mkdir()  # a secret the job carries, as a real job's keys and passwords

@@ -46,13 +46,6 @@ def _transmitted(data: Path, **kwargs) -> bytes:
     return buf.getvalue()
 
 
-def _temp_in(tmp: Path) -> dict[str, str]:
-    """The bare worker's temp (Ansible's own and its modules') in the test's directory: a
-    test that kills it half way leaves nothing in the machine's."""
-    tmp.mkdir(exist_ok=True)
-    return {"TMPDIR": str(tmp), "ANSIBLE_LOCAL_TEMP": str(tmp)}
-
-
 def _bare_worker(data_dir: Path, transmitted: bytes) -> subprocess.Popen:
     """ansible-runner worker as AWX's receptor would start it, the sentinel in its env."""
     worker = subprocess.Popen(
@@ -60,7 +53,7 @@ def _bare_worker(data_dir: Path, transmitted: bytes) -> subprocess.Popen:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, SENTINEL_VAR: SENTINEL, **_temp_in(data_dir.parent / "worker-tmp")},
+        env={**os.environ, SENTINEL_VAR: SENTINEL},
         start_new_session=True,
     )
     worker.stdin.write(transmitted)
@@ -103,11 +96,9 @@ def bare_streams(tmp_path_factory) -> dict:
 
 
 def _supervisor(tmp_path: Path) -> Executor:
-    (tmp_path / "executor-tmp").mkdir(exist_ok=True)  # the executor's own temp
     return Executor(
         "local",
-        ("env", f"{SENTINEL_VAR}={SENTINEL}", f"TMPDIR={tmp_path / 'executor-tmp'}",
-         sys.executable, "-m", "gpuboot.executor.supervisor",
+        ("env", f"{SENTINEL_VAR}={SENTINEL}", sys.executable, "-m", "gpuboot.executor.supervisor",
          "--jobs-dir", str(tmp_path / "jobs"),
          "--playbooks-dir", str(tmp_path / "job" / "project")),  # job_data's plays
     )  # fmt: skip
@@ -355,8 +346,6 @@ def test_kill_9_of_the_worker_is_lost_hosts_unknown_and_nothing_left(job_data, t
     assert not [p for p in tree if _alive(p)]
     assert not _groups_alive({g for g in tree.values() if g != os.getpgid(0)})
     assert not jobs.Job(tmp_path / "jobs", job.job_id).data.exists()
-    # h2's module was killed in its sleep: what it left in temp was the job's, not the machine's
-    assert not list((tmp_path / "executor-tmp").iterdir())
 
 
 def test_kill_9_of_the_supervisor_ends_the_task_in_flight_at_once_and_gc_removes_its_data(
