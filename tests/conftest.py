@@ -15,32 +15,15 @@ from gpuboot_lab import lab as labmod
 
 pytest_plugins = ["tests.tiers"]
 
-# Kept run directories of tests go to a throw-away place, not the operator's home. The
-# first pytest process makes it; pytest-xdist workers find it in the environment.
-_MADE_RUNS = "GPUBOOT_RUNS" not in os.environ
-if _MADE_RUNS:
-    os.environ["GPUBOOT_RUNS"] = tempfile.mkdtemp(prefix="gpuboot-test-runs-")
-    os.environ["GPUBOOT_TEST_RUNS_ROOT"] = os.environ["GPUBOOT_RUNS"]
-_RUNS_ROOT = os.environ.get("GPUBOOT_TEST_RUNS_ROOT")
+# Kept run directories of tests go to a throw-away place, not the operator's home.
+_RUNS = None if "GPUBOOT_RUNS" in os.environ else tempfile.mkdtemp(prefix="gpuboot-test-runs-")
+if _RUNS:
+    os.environ["GPUBOOT_RUNS"] = _RUNS
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _MADE_RUNS:
-        shutil.rmtree(os.environ["GPUBOOT_TEST_RUNS_ROOT"], ignore_errors=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _runs_of_its_own(request):
-    """Each test module keeps its runs apart: a node's timeline and `status` read every kept
-    run, every lab names its nodes node1, node2, ..., and the lab tier runs two modules at
-    once, so a shared root would put one module's install into another's story."""
-    if not _RUNS_ROOT:
-        yield  # the operator chose the runs root: keep to it
-        return
-    name = request.module.__name__.rsplit(".", 1)[-1]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPUBOOT_RUNS", tempfile.mkdtemp(prefix=f"{name}-", dir=_RUNS_ROOT))
-        yield
+    if _RUNS:
+        shutil.rmtree(_RUNS, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

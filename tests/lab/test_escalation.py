@@ -116,7 +116,9 @@ def _timeline_tells_the_story(history, certify_run: str) -> None:
     released = kinds.index("released")
     assert fault < reboots[0] < escalation < reboots[2] < cleared < released
     assert story[released][1].startswith("released by ") and "GPU reseated" in story[released][1]
-    assert kinds[released + 1 :] == ["scan"]
+    # another lab module's install of its own node1 may land here (the runs root is
+    # shared while the lab tier runs two modules at once): only this story's kinds count
+    assert [k for k in kinds[released + 1 :] if k != "install"] == ["scan"]
 
 
 def _part(summary: str, key: str) -> list[str]:
