@@ -284,6 +284,7 @@ def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
             if split := reach_split(d, e, size):
                 row["reach"] = split
             rows.append(row)
+    rows += fleet_targets(runs)
     largest = max(runs) if runs else 0
     for verb, limit in (("scan", 1.5), ("install_noop", 1.3)):
         r = runs.get(largest, {}).get("direct", {}).get(verb)
@@ -297,6 +298,40 @@ def targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
         if r.busy_s:
             row["floor"] = cores_floor(r, verb)
         rows.append(row)
+    return rows
+
+
+FLEET = 1024  # the clusters gpuboot is for: 128 to 1,024 eight-GPU servers
+
+
+def fleet_targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, Any]]:
+    """The CPU target at the size of fleet it is for, from the fits over the measured
+    sizes (two at least, both ways: one size cannot tell a verb's fixed start, the same
+    whoever reaches the nodes, from its cost per node), with each way's cost per node."""
+    sized = {
+        verb: sum(
+            1
+            for by_mode in runs.values()
+            if all(m in by_mode and verb in by_mode[m] and by_mode[m][verb].measured
+                   for m in PROJECTED)
+        )
+        for verb in ("install_first", "install_noop", "scan")
+    }  # fmt: skip
+    rows = []
+    for verb, line in fits(runs).items():
+        if sized.get(verb, 0) < 2 or "executors" not in line:
+            continue
+        e = project(line, FLEET, HALLS["executors"])["cpu_s"]
+        d = project(line, FLEET, 0)["cpu_s"]
+        per_d, per_e = line["direct"]["cpu"][1], line["executors"]["cpu"][1]
+        rows.append({
+            "target": f"{FLEET:,} nodes projected, {verb}: CPU/node through "
+            f"{HALLS['executors']} executors <= 1/3 direct",
+            "figures": f"{e / FLEET:.3f} / {d / FLEET:.3f} s = {e / d:.2f} (fits over "
+            f"{sized[verb]} sizes; per node beyond the fixed start {per_e:.3f} / {per_d:.3f} s)",
+            "met": e <= d / 3,
+            "projected": True,
+        })  # fmt: skip
     return rows
 
 
@@ -354,14 +389,19 @@ def reach_split(direct: Run, routed: Run, size: int) -> dict[str, Any] | None:
         return None
     ratio = routed.reach_cpu_s / direct.reach_cpu_s
     rest_d, rest_e = direct.cpu_s - direct.reach_cpu_s, routed.cpu_s - routed.reach_cpu_s
+    # the rest alone is what the verb would cost through executors were reaching free
+    floor = rest_e / direct.cpu_s if direct.cpu_s else float("inf")
     return {
         "ratio": ratio,
         "met": ratio <= 1 / 3,
         "rest_s_per_node": {"direct": rest_d / size, "executors": rest_e / size},
+        "rest_of_direct": floor,
+        "below_floor": floor > 1 / 3,
         "text": f"reaching the nodes: {routed.reach_cpu_s / size:.3f} / "
         f"{direct.reach_cpu_s / size:.3f} s/node = {ratio:.2f} "
         f"({'<=' if ratio <= 1 / 3 else '>'} 1/3); the rest, the controller's either way: "
-        f"{rest_e / size:.3f} / {rest_d / size:.3f} s/node",
+        f"{rest_e / size:.3f} / {rest_d / size:.3f} s/node; the rest alone through executors "
+        f"= {floor:.2f} of direct" + ("; the target lies below it" if floor > 1 / 3 else ""),
     }
 
 

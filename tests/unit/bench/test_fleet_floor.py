@@ -288,3 +288,51 @@ def test_the_scan_target_row_splits_reaching_the_nodes_from_the_rest(fleet):
     routed.reach_cpu_s = None
     assert "reach" not in fleet.targets(runs)[0]
     assert fleet.runs_from_doc(fleet.report_doc(doc, runs))[10]["direct"]["scan"].reach_cpu_s == 3.6
+
+
+def test_the_rest_alone_above_a_third_of_direct_puts_the_target_below_it(fleet):
+    # direct 6.0 s (reach 3.6); through executors 3.0 s, of which 0.6 s reaching
+    direct = run(fleet, "scan", 6.0, reach_cpu_s=3.6)
+    routed = run(fleet, "scan", 3.0, reach_cpu_s=0.6)
+    split = fleet.reach_split(direct, routed, 10)
+    assert split["rest_of_direct"] == pytest.approx(0.4) and split["below_floor"]
+    assert split["text"].endswith("= 0.40 of direct; the target lies below it")
+    # the rest at a quarter of direct: the target is above the floor, and not said below
+    routed = run(fleet, "scan", 2.1, reach_cpu_s=0.6)
+    split = fleet.reach_split(direct, routed, 10)
+    assert split["rest_of_direct"] == pytest.approx(0.25) and not split["below_floor"]
+    assert "below" not in split["text"]
+
+
+def _sized(fleet, sizes, routed_fixed, routed_per_node):
+    """Direct: 1 s fixed + 0.3 s/node; executors as given (CPU s), at ``sizes``."""
+    return {
+        n: {
+            "direct": {"scan": run(fleet, "scan", 1.0 + 0.3 * n)},
+            "executors": {"scan": run(fleet, "scan", routed_fixed + routed_per_node * n)},
+        }
+        for n in sizes
+    }
+
+
+def test_the_fleet_target_is_projected_from_two_sizes_and_never_from_one(fleet):
+    # a large fixed start through executors fails the target at 10 and 20 nodes, and the
+    # fleet's size, where the fixed start is spread over 1,024 nodes, meets it
+    runs = _sized(fleet, (10, 20), 4.0, 0.05)
+    rows = {t["target"]: t for t in fleet.targets(runs)}
+    assert not rows["20 nodes, scan: CPU/node through 2 executors <= 1/3 direct"]["met"]
+    fleet_row = rows["1,024 nodes projected, scan: CPU/node through 2 executors <= 1/3 direct"]
+    assert fleet_row["met"] and fleet_row["projected"]
+    # direct 1 + 307.2; through 2 executors 1 + 2 * (4 - 1) / 2 + 51.2
+    assert fleet_row["figures"].startswith("0.054 / 0.301 s = 0.18 (fits over 2 sizes")
+    assert "per node beyond the fixed start 0.050 / 0.300 s" in fleet_row["figures"]
+    # per node above a third of direct's: not met at any size
+    runs = _sized(fleet, (10, 20), 1.0, 0.12)
+    (row,) = [t for t in fleet.targets(runs) if t.get("projected")]
+    assert not row["met"]
+    # one size cannot tell the fixed start from the cost per node: no fleet row
+    assert not [t for t in fleet.targets(_sized(fleet, (40,), 1.0, 0.05)) if t.get("projected")]
+    # two sizes measured one way only: no fleet row either
+    runs = _sized(fleet, (10, 20), 1.0, 0.05)
+    del runs[20]["executors"]
+    assert not [t for t in fleet.targets(runs) if t.get("projected")]
