@@ -2,19 +2,28 @@
 
 ``<jobs>/<id>/`` holds a job: ``data/`` (the worker's private data dir: the transmitted
 inventory, variables and keys), ``stream`` (the worker's stream, spooled), ``meta.json``
-and ``worker.err``. A job is live while ``<jobs>/<id>.lock`` is flock'ed: the supervisor
-takes it before the directory exists and holds it (its worker too) until it has removed
-``data/``; the kernel drops it when they die. ansible-runner's ``worker cleanup`` judges
-liveness by a pid file and deletes live jobs while keeping dead ones; here the garbage
-collector deletes only what it could lock, so never a live job.
+and ``worker.err``. Its temp (the worker's TMPDIR and Ansible's local temp) is a directory
+of its own in the executor's temp, named in ``meta.json``: short, as mitogen binds its
+control socket there and a Unix socket's path holds 107 bytes (a job directory can be
+deep). ``clear`` removes what must not outlive a job -- its processes, its temp (what a
+killed task left there: Ansible's module payloads on a local host), its data -- at every
+end: the supervisor's, the collector's, a release. A job is live while
+``<jobs>/<id>.lock`` is flock'ed: the supervisor takes it before the directory exists and
+holds it (its worker too) until it has removed ``data/``; the kernel drops it when they
+die. ansible-runner's ``worker cleanup`` judges liveness by a pid file and deletes live
+jobs while keeping dead ones; here the garbage collector deletes only what it could lock,
+so never a live job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +34,7 @@ from gpuboot.executor import procs
 
 # A dead job's spool waits this long for its controller to re-attach and release it.
 KEEP_S = 24 * 3600
+TEMP_PREFIX = "gpuboot-job-"
 
 
 def jobs_root(explicit: str | None = None) -> Path:
@@ -78,6 +88,50 @@ def _lock(path: Path, *, wait: bool) -> int | None:
         os.close(fd)
 
 
+def record(job: Job, **fields: object) -> None:
+    """``fields`` added to the job's ``meta.json``, written whole (a collector reading the
+    meta of a job killed while writing it sees the previous one)."""
+    paths.write_private(job.meta, json.dumps({**recorded(job), **fields}))
+
+
+def recorded(job: Job) -> dict:
+    try:
+        doc = json.loads(job.meta.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def make_temp(job: Job, base: Path | None = None) -> Path:
+    """The job's temp, 0700, in ``base`` (the executor's temp: $TMPDIR, else /tmp), named in
+    its meta before it exists: however the job ends, its end finds it. The job's ``data/``
+    exists first (``clear`` does nothing without it)."""
+    base = Path(base or tempfile.gettempdir())
+    while True:
+        temp = base / f"{TEMP_PREFIX}{secrets.token_hex(4)}"
+        record(job, temp=str(temp))
+        try:
+            temp.mkdir(mode=0o700)
+        except FileExistsError:  # not ours: another name
+            continue
+        return temp
+
+
+def clear(job: Job) -> None:
+    """End what a job left that must not outlive it: its processes (all that name its data
+    directory: what a supervisor and guard killed outright leave), its temp, then its data
+    (the transmitted secrets). ``data/`` goes last: while it exists, the job's end is not
+    done. Only for a job that is not live (its lock held by the caller, or the caller its
+    supervisor with every process of the job ended)."""
+    if not job.data.exists():
+        return
+    procs.end_marked(str(job.data))
+    temp = recorded(job).get("temp")
+    if isinstance(temp, str) and Path(temp).name.startswith(TEMP_PREFIX):  # nothing else
+        shutil.rmtree(temp, ignore_errors=True)
+    shutil.rmtree(job.data, ignore_errors=True)
+
+
 def claim(job: Job) -> int:
     """Make a new job live: its lock held (the fd returned), then its directory."""
     fd = _lock(job.lock_path, wait=True)
@@ -110,6 +164,7 @@ def release(job: Job) -> bool:
     if fd is None:
         return False
     try:
+        clear(job)
         shutil.rmtree(job.dir, ignore_errors=True)
         job.lock_path.unlink(missing_ok=True)
     finally:
@@ -118,10 +173,9 @@ def release(job: Job) -> bool:
 
 
 def collect_garbage(root: Path, keep_s: float = KEEP_S) -> list[str]:
-    """Dead jobs: what they left running ended and their ``data/`` removed at once (a
-    supervisor killed outright leaves its secrets; its guard ends the job's processes unless
-    it was killed too), the rest once its spool is ``keep_s`` old. The job ids removed
-    whole."""
+    """Dead jobs: ``clear``ed at once (a supervisor killed outright leaves its secrets and
+    its temp; its guard ends the job's processes unless it was killed too), the rest
+    removed once its spool is ``keep_s`` old. The job ids removed whole."""
     removed = []
     ids = {p.name.removesuffix(".lock") for p in root.iterdir() if not p.name.startswith(".")}
     for job_id in sorted(ids):
@@ -130,9 +184,7 @@ def collect_garbage(root: Path, keep_s: float = KEEP_S) -> list[str]:
         if fd is None:
             continue  # live
         try:
-            if job.data.exists():  # its end not yet cleaned up: the supervisor was killed
-                procs.end_marked(str(job.data))
-                shutil.rmtree(job.data, ignore_errors=True)
+            clear(job)  # its end not yet cleaned up when the supervisor was killed
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - job.spool.stat().st_mtime < keep_s:
                     continue

@@ -13,9 +13,11 @@ period, or after the worker ended however it ended, is killed by pid and process
 The play is not transmitted: the job names one of the executor's own shipped playbooks
 (gpuboot runs here at the controller's version), and the supervisor sets gpuboot's Ansible
 settings with this executor's paths before the worker reads the job.
-The job's data directory (the transmitted inventory, variables and keys) is removed at
-every end; the spool waits for ``release`` or the collector. The supervisor's last line on
-the stream, after the worker's, says how the worker ended.
+The worker's temp (TMPDIR, and Ansible's local temp) is the job's own short directory in
+the executor's temp. The job's data directory (the transmitted inventory, variables and
+keys) and its temp are removed at every end (``jobs.clear``); the spool waits for
+``release`` or the collector. The supervisor's last line on the stream, after the
+worker's, says how the worker ended.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -100,10 +101,11 @@ def _read_first_line() -> tuple[bytes, bytes]:
     return line, rest
 
 
-def job_kwargs(line: bytes, job: jobs.Job, playbooks: Path) -> bytes:
+def job_kwargs(line: bytes, job: jobs.Job, playbooks: Path, temp: Path | None = None) -> bytes:
     """The transmit's kwargs line as this executor runs it: the playbook a bare name of
     one of ITS shipped playbooks (the play is not transmitted; gpuboot runs here at the
-    controller's version), gpuboot's own Ansible settings with paths on this executor."""
+    controller's version), gpuboot's own Ansible settings with paths on this executor,
+    Ansible's local temp the job's ``temp``."""
     from gpuboot.runner import ansible_env, config_env
 
     try:
@@ -124,6 +126,8 @@ def job_kwargs(line: bytes, job: jobs.Job, playbooks: Path) -> bytes:
     env = {**ansible_env(run_dir, strategy), **config_env(run_dir)}
     kwargs["playbook"] = str(playbook)
     kwargs["envvars"] = {**(kwargs.get("envvars") or {}), **env}
+    if temp is not None:  # what a killed worker leaves there goes with the job
+        kwargs["envvars"]["ANSIBLE_LOCAL_TEMP"] = str(temp)
     return json.dumps(doc).encode()
 
 
@@ -143,11 +147,11 @@ def _pump_stdin(pipe: IO[bytes], first: bytes) -> None:
 
 
 def _start_worker(
-    job: jobs.Job, keepalive_s: str, lock_fd: int, grace_s: float
+    job: jobs.Job, keepalive_s: str, lock_fd: int, grace_s: float, temp: Path
 ) -> tuple[subprocess.Popen, int | None]:
     """The worker under its guard (guard.py: what the job started ends with the supervisor,
-    however it dies), in a session of its own; the guard and the worker's pid."""
-    job.data.mkdir(mode=0o700)
+    however it dies), in a session of its own, ``temp`` its TMPDIR; the guard and the
+    worker's pid."""
     pid_read, pid_write = os.pipe()
     try:
         with (job.dir / "worker.err").open("wb") as err:
@@ -161,7 +165,7 @@ def _start_worker(
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                env=scrubbed_env(dict(os.environ)),
+                env={**scrubbed_env(dict(os.environ)), "TMPDIR": str(temp)},
                 start_new_session=True,
                 pass_fds=(lock_fd, pid_write),  # the job stays live while its worker lives
             )
@@ -170,11 +174,6 @@ def _start_worker(
     with os.fdopen(pid_read, "rb") as said:  # closed once the worker started, or the guard died
         pid = said.read(32).strip()
     return guard, int(pid) if pid.isdigit() else None
-
-
-def _write_meta(job: jobs.Job, **fields: object) -> None:
-    doc = json.loads(job.meta.read_text()) if job.meta.exists() else {}
-    job.meta.write_text(json.dumps({**doc, **fields}))
 
 
 def serve(
@@ -186,15 +185,17 @@ def serve(
     playbooks: Path,
 ) -> None:
     line, rest = _read_first_line()
-    first = job_kwargs(line, job, playbooks) + b"\n" + rest  # refused before the worker starts
+    job.data.mkdir(mode=0o700)  # first: jobs.clear ends a job that has one
+    temp = jobs.make_temp(job)
+    first = job_kwargs(line, job, playbooks, temp) + b"\n" + rest  # refused before any worker
     procs.become_subreaper()
     cancel = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: cancel.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed session is a detach, not an end
     # the guard's pipes, signals and exit status are the worker's
-    worker, worker_pid = _start_worker(job, keepalive_s, lock_fd, grace_s)
-    _write_meta(
+    worker, worker_pid = _start_worker(job, keepalive_s, lock_fd, grace_s, temp)
+    jobs.record(
         job,
         supervisor_pid=os.getpid(),
         guard_pid=worker.pid,
@@ -229,7 +230,7 @@ def serve(
             worker.wait(grace_s)
         procs.stop_child(worker)
         ended += procs.end_tree(os.getpid())  # ansible-playbook and its workers, orphaned
-        shutil.rmtree(job.data, ignore_errors=True)
+        jobs.clear(job)
         trailer = {
             "worker_exit": worker.returncode,
             "canceled": cancel.is_set(),
@@ -240,7 +241,7 @@ def serve(
         spool.write(line)
         spool.flush()
         spooled += len(line)
-    _write_meta(job, ended=time.time(), **trailer)
+    jobs.record(job, ended=time.time(), **trailer)
     stalled_since = time.monotonic()
     while forward.want(spooled) and time.monotonic() - stalled_since < FORWARD_STALL_S:
         sent = forward.sent
@@ -354,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                 lock_fd,
                 args.playbooks_dir,
             )
-        finally:  # however serve ended (a full disk, a bug): no process, no secret left
+        finally:  # however serve ended (a full disk, a bug): no process, secret or temp left
             procs.end_tree(os.getpid())
-            shutil.rmtree(job.data, ignore_errors=True)
+            jobs.clear(job)
         return 0
     except GpubootError as exc:
         print(f"gpuboot-executor-worker: {exc}", file=sys.stderr)

@@ -60,6 +60,30 @@ def test_a_dead_job_loses_its_secrets_at_once_and_its_spool_after_the_keep_time(
     assert dead.spool.exists()  # the stream waits for its controller to re-attach
 
 
+def test_a_dead_jobs_temp_goes_at_once_and_a_live_jobs_stays(tmp_path):
+    """The temp a killed job's processes wrote in (Ansible's module payloads on a local
+    host) is the job's leftovers, like its data: collected at once for a dead job, never
+    touched for a live one."""
+    root, executor_tmp = tmp_path / "jobs", tmp_path / "tmp"
+    root.mkdir()
+    executor_tmp.mkdir()
+    lock_fd = jobs.claim(jobs.Job(root, "live"))
+    live, dead = _job_with_secret(root, "live"), _job_with_secret(root, "dead")
+    temps = {}
+    for job in (live, dead):
+        temps[job.job_id] = jobs.make_temp(job, executor_tmp)
+        (temps[job.job_id] / "ansible_ansible.legacy.command_payload_x").mkdir()
+    try:
+        assert oct(temps["dead"].stat().st_mode & 0o777) == "0o700"
+        assert jobs.collect_garbage(root, keep_s=3600) == []
+        assert not temps["dead"].exists() and not dead.data.exists()
+        assert temps["live"].exists() and live.data.exists()
+    finally:
+        os.close(lock_fd)
+    assert jobs.release(live) and not temps["live"].exists()
+    assert not list(executor_tmp.iterdir())
+
+
 def test_release_refuses_a_live_job(tmp_path):
     job = jobs.Job(tmp_path, "j1")
     fd = jobs.claim(job)

@@ -47,13 +47,18 @@ def _transmitted(data: Path, **kwargs) -> bytes:
 
 
 def _bare_worker(data_dir: Path, transmitted: bytes) -> subprocess.Popen:
-    """ansible-runner worker as AWX's receptor would start it, the sentinel in its env."""
+    """ansible-runner worker as AWX's receptor would start it, the sentinel in its env; its
+    temp (Ansible's and its modules') beside it: a test that kills it leaves nothing in the
+    machine's."""
+    temp = data_dir.with_name(f"{data_dir.name}-tmp")
+    temp.mkdir()
+    temp_env = dict.fromkeys(("TMPDIR", "ANSIBLE_LOCAL_TEMP"), str(temp))
     worker = subprocess.Popen(
         [sys.executable, "-m", "ansible_runner", "worker", "--private-data-dir", str(data_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, SENTINEL_VAR: SENTINEL},
+        env={**os.environ, SENTINEL_VAR: SENTINEL, **temp_env},
         start_new_session=True,
     )
     worker.stdin.write(transmitted)
@@ -95,10 +100,17 @@ def bare_streams(tmp_path_factory) -> dict:
     return found
 
 
+def _executor_tmp(tmp_path: Path) -> Path:
+    """The supervisor's own temp (its TMPDIR), where each job's temp is made."""
+    return tmp_path / "executor-tmp"
+
+
 def _supervisor(tmp_path: Path) -> Executor:
+    _executor_tmp(tmp_path).mkdir(exist_ok=True)
     return Executor(
         "local",
-        ("env", f"{SENTINEL_VAR}={SENTINEL}", sys.executable, "-m", "gpuboot.executor.supervisor",
+        ("env", f"{SENTINEL_VAR}={SENTINEL}", f"TMPDIR={_executor_tmp(tmp_path)}",
+         sys.executable, "-m", "gpuboot.executor.supervisor",
          "--jobs-dir", str(tmp_path / "jobs"),
          "--playbooks-dir", str(tmp_path / "job" / "project")),  # job_data's plays
     )  # fmt: skip
@@ -346,6 +358,8 @@ def test_kill_9_of_the_worker_is_lost_hosts_unknown_and_nothing_left(job_data, t
     assert not [p for p in tree if _alive(p)]
     assert not _groups_alive({g for g in tree.values() if g != os.getpgid(0)})
     assert not jobs.Job(tmp_path / "jobs", job.job_id).data.exists()
+    # h2's module was killed in its sleep: its payload went with the job's temp
+    assert not list(_executor_tmp(tmp_path).iterdir())
 
 
 def test_kill_9_of_the_supervisor_ends_the_task_in_flight_at_once_and_gc_removes_its_data(
@@ -368,8 +382,10 @@ def test_kill_9_of_the_supervisor_ends_the_task_in_flight_at_once_and_gc_removes
         assert box["out"].state == "lost"
         data = jobs.Job(tmp_path / "jobs", job.job_id).data
         assert data.exists()  # the guard ends processes; the data waits for gc
+        assert Path(meta["temp"]).exists()  # and so does the job's temp
         subprocess.run(executor.command("gc"), capture_output=True, check=True)
         assert not data.exists()
+        assert not list(_executor_tmp(tmp_path).iterdir())  # the temp, payloads and all
     finally:
         for pid in tree:
             with contextlib.suppress(ProcessLookupError):
@@ -393,6 +409,22 @@ def test_cancel_ends_canceled_with_no_ansible_playbook_left(job_data, tmp_path):
     assert not [p for p in tree if _alive(p)]
     assert not _groups_alive({g for g in tree.values() if g != os.getpgid(0)})
     assert not jobs.Job(tmp_path / "jobs", job.job_id).data.exists()
+    assert not list(_executor_tmp(tmp_path).iterdir())  # h2's module payload with the job
+
+
+def test_a_job_ended_normally_ran_in_a_short_temp_of_its_own_and_leaves_none(job_data, tmp_path):
+    """The worker's temp is the job's own, recorded in its meta, a short name in the
+    executor's temp (mitogen binds its socket there; the job directory can be too deep for
+    a Unix socket), and gone with the job's end."""
+    job = _job(job_data, "ok.yml")
+    out = run_shard(job, _supervisor(tmp_path), tmp_path / "s")
+    assert out.state == "complete"
+    spooled = jobs.Job(tmp_path / "jobs", job.job_id)
+    temp = Path(jobs.recorded(spooled)["temp"])
+    assert temp.parent == _executor_tmp(tmp_path) and len(temp.name) <= 20
+    worker_env = json.loads(spooled.spool.read_bytes().split(b"\n", 1)[0])["env"]
+    assert worker_env["TMPDIR"] == worker_env["ANSIBLE_LOCAL_TEMP"] == str(temp)
+    assert not list(_executor_tmp(tmp_path).iterdir())
 
 
 # D3, re-attach ----------------------------------------------------------------------------
@@ -457,3 +489,4 @@ def test_a_job_that_cancels_on_detach_is_canceled_when_the_controller_goes(job_d
     assert (out.state, out.rc) == ("canceled", 254)
     assert out.hosts == {"h1": "ok", "h2": "unknown"}
     assert not [p for p in tree if _alive(p)]
+    assert not list(_executor_tmp(tmp_path).iterdir())

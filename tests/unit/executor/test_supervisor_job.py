@@ -42,6 +42,12 @@ def test_a_shipped_playbook_runs_with_the_executors_own_paths(job):
     assert kwargs["inventory"] == "inventory/hosts.json"
 
 
+def test_ansibles_local_temp_is_the_jobs_own_temp(job, tmp_path):
+    line = _line(playbook="install.yml", envvars={"ANSIBLE_LOCAL_TEMP": "/controller/tmp"})
+    kwargs = json.loads(job_kwargs(line, job, paths.PLAYBOOKS_DIR, tmp_path / "t"))["kwargs"]
+    assert kwargs["envvars"]["ANSIBLE_LOCAL_TEMP"] == str(tmp_path / "t")
+
+
 @pytest.mark.parametrize(
     "playbook", ["../install.yml", "/etc/passwd", "nope.yml", "install.yml/..", "x.sh"]
 )
