@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,6 +47,42 @@ PLAYS = {
 }
 HOSTS = ("h1", "h2")
 JOB_SECRET = "job-secret-7d1e"
+
+
+def jobs_left(tmp: Path, wait_s: float = 30.0) -> list[str]:
+    """What the executor jobs of a test (any jobs directory directly under ``tmp``) left
+    once it ended: a job still live after ``wait_s``, a process naming a jobs directory (a
+    supervisor, its worker, ansible-playbook: ended now), a job's temp the collector did
+    not remove. The jobs are collected (keep 0) on the way, so the test leaves none."""
+    from gpuboot.executor import jobs, procs
+
+    left: list[str] = []
+    for root in sorted({lock.parent for lock in tmp.glob("*/*.lock")}):
+        ids = sorted(p.name.removesuffix(".lock") for p in root.iterdir() if p.suffix == ".lock")
+        deadline = time.monotonic() + wait_s
+        while (live := [i for i in ids if jobs.is_live(jobs.Job(root, i))]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        left += [f"job {root.name}/{i} still running" for i in live]
+        left += [f"process {pid} of {root.name}" for pid in procs.end_marked(str(root))]
+        temps = [jobs.recorded(jobs.Job(root, i)).get("temp") for i in ids]
+        jobs.collect_garbage(root, keep_s=0)
+        left += [f"temp {t} of {root.name}" for t in temps if t and Path(t).exists()]
+    return left
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test(request):
+    """Every executor job a test started has ended when the test ends, its processes and
+    its temp with it (a play through executors once passed while its supervisors ran on
+    for hours)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp = request.getfixturevalue("tmp_path")
+    yield
+    assert not jobs_left(tmp)
 
 
 def write_job(data: Path) -> Path:

@@ -142,6 +142,12 @@ def _job_meta(lab, name: str) -> dict:
     return json.loads(metas[0].read_text())
 
 
+def _jobs_kept(lab) -> list[str]:
+    """What the executors keep of the run's jobs: nothing once each was read to its end
+    (released: its directory, processes and temp gone)."""
+    return sorted(str(p.relative_to(lab["tmp"])) for p in lab["tmp"].glob("jobs-*/*"))
+
+
 def test_hosts_run_on_their_domains_executors_and_say_so(executors, capsys):
     executors["gate"].touch()
     code, doc = _install(executors, capsys)
@@ -157,6 +163,7 @@ def test_hosts_run_on_their_domains_executors_and_say_so(executors, capsys):
     }  # fmt: skip
     rollout = json.loads((run_dir / "rollout.json").read_text())
     assert sorted(rollout["converged"]) == ["a1", "a2", "b1"] and rollout["unknown"] == []
+    assert _jobs_kept(executors) == []
 
 
 def test_serial_batches_span_executors_and_the_budget_is_the_fleets(executors, capsys):
@@ -410,3 +417,4 @@ def test_mitogen_drives_the_play_on_the_executors_too(executors, capsys):
                 if data.get("task") == "started":
                     said.add(data["res"]["msg"])
     assert said == {"mitogen_linear"}
+    assert _jobs_kept(executors) == []  # every job ended, none hung on mitogen's socket
