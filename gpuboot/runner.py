@@ -9,9 +9,11 @@ because runs that share one leak env files into each other (LAB-NOTES).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -275,6 +277,76 @@ def _ssh_control(sock: Path, command: str) -> subprocess.CompletedProcess | None
         return None
 
 
+# A Unix socket's path holds 107 bytes (sun_path: 108 with its NUL), and ssh binds a
+# master's socket first under its ControlPath and 17 characters more (".", 16 random)
+# before renaming it: a longer ControlPath gets no master, and its host is unreachable.
+SSH_CONTROL_PATH_MAX = 107 - 17
+# Ansible's ControlPath for a host (ansible.plugins.connection.ssh since 2.3): its control
+# directory, a slash and 10 hex digits of a hash of host, port and user.
+ANSIBLE_CONTROL_NAME = len("/") + 10
+# Where a run whose own directory is too deep for its sockets keeps them instead: a fixed
+# place, so every process that asks about the run (a later one too) names the same one.
+SHORT_CONTROL_BASE = Path("/tmp")
+
+
+def _sockets_fit(directory: str) -> bool:
+    return len(os.fsencode(directory)) + ANSIBLE_CONTROL_NAME <= SSH_CONTROL_PATH_MAX
+
+
+def control_dir(run_dir: Path, short: Path | None = None) -> Path:
+    """The directory of a run's ssh masters (ANSIBLE_SSH_CONTROL_PATH_DIR), named, not made.
+
+    ``<run_dir>/cp`` when the longest socket path ssh binds there fits in a Unix socket's;
+    else ``short`` (a short private directory of the caller's that ends with the run: an
+    executor job's temp) or, by default, a directory of this run alone in /tmp named after
+    its run directory (``make_control_dir`` makes it, ``run`` removes it). RunError when
+    that does not fit either."""
+    own = run_dir / "cp"
+    real = os.path.realpath(run_dir)  # Ansible resolves the directory it is given
+    if _sockets_fit(os.path.join(real, "cp")):
+        return own
+    if short is None:
+        digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:12]
+        short = SHORT_CONTROL_BASE / f"gpuboot-{os.getuid()}-{digest}"
+    if not _sockets_fit(os.path.realpath(short)):
+        room = SSH_CONTROL_PATH_MAX - ANSIBLE_CONTROL_NAME - len("/cp")
+        raise RunError(
+            f"no directory for the run's ssh sockets: {own} and {short} are both too long "
+            "for a Unix socket path",
+            where=str(run_dir),
+            hint=f"set GPUBOOT_RUNS to a shorter directory (a run's directory takes at most "
+            f"{room} bytes; on an executor, its jobs directory or TMPDIR)",
+        )
+    return short
+
+
+def make_control_dir(run_dir: Path) -> Path:
+    """``control_dir(run_dir)``, a short one made private (0700) if need be and refused
+    when something else holds its name: /tmp is shared, and whoever owns the directory of
+    a run's sockets could stand in for its masters. Ansible makes ``<run_dir>/cp`` itself,
+    inside the private run directory."""
+    cp = control_dir(run_dir)
+    if cp == run_dir / "cp":
+        return cp
+    hint = f"remove {cp} if it is yours, or set GPUBOOT_RUNS to a shorter directory"
+    try:
+        with contextlib.suppress(FileExistsError):
+            cp.mkdir(mode=0o700)
+        held = cp.lstat()  # a symlink is refused, not followed
+    except OSError as exc:
+        raise RunError(
+            f"cannot make the run's ssh socket directory: {exc}", where=str(cp), hint=hint
+        ) from exc
+    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
+        raise RunError(
+            "the run's ssh socket directory is not a private directory of this user's "
+            "(a symlink, another user's, or open to others)",
+            where=str(cp),
+            hint=hint,
+        )
+    return cp
+
+
 def close_ssh_masters(control_dir: Path, grace_s: float = 2.0) -> None:
     """End every SSH master of a run: ask each to exit (`ssh -O exit`); one whose socket is
     still there after ``grace_s`` did not take the request (ssh reports success whatever
@@ -322,7 +394,7 @@ def end_play_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
     outlive it, and so would a master that did not exit. Everything a play started
     inherits its environment, where ANSIBLE_SSH_CONTROL_PATH_DIR names this run alone:
     SIGTERM (a worker then ends its own process group), SIGKILL what remains."""
-    marker = f"ANSIBLE_SSH_CONTROL_PATH_DIR={run_dir / 'cp'}".encode()
+    marker = f"ANSIBLE_SSH_CONTROL_PATH_DIR={control_dir(run_dir)}".encode()
     ended: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids = _play_processes(marker)
@@ -387,7 +459,11 @@ def strategy_env(strategy: str) -> dict[str, str]:
 EVENT_RES_MAX = 24 * 1024 * 1024  # characters of one task result in an event
 
 
-def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
+def ansible_env(
+    run_dir: Path, strategy: str = "linear", short: Path | None = None
+) -> dict[str, str]:
+    """gpuboot's Ansible settings for a play whose files go in ``run_dir`` (``short``: see
+    control_dir)."""
     return {
         **strategy_env(strategy),
         "PATH": paths.put_venv_on_path(),
@@ -399,10 +475,10 @@ def ansible_env(run_dir: Path, strategy: str = "linear") -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_LOCAL_TEMP": str(run_dir / "tmp"),
-        # One SSH master per host for the whole play, in this run's own directory so
-        # close_ssh_masters() can end them: a CLI run leaves no process behind.
+        # One SSH master per host for the whole play, in a directory of this run's own
+        # (control_dir) so close_ssh_masters() can end them: a CLI run leaves no process.
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s",
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir / "cp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir(run_dir, short)),
         "ANSIBLE_TIMEOUT": "20",
         # ansible-runner's callback empties a task result past 700,000 characters: an
         # executor's collection answer (a node's probe outputs, gzipped, base64) can be
@@ -450,6 +526,7 @@ def run(
     if spec.diff:
         cmdline.append("--diff")
     folder = EventFolder(on_update, on_event)
+    cp = make_control_dir(run_dir)
     env = {**ansible_env(run_dir, spec.strategy), **config_env(run_dir)}
     started = time.monotonic()
     with _cancel_on_signal() as cancelled:
@@ -474,8 +551,10 @@ def run(
         except Exception as exc:  # runner's own failures (bad paths, missing binaries)
             raise RunError(f"ansible-runner could not start: {exc}", where=str(run_dir)) from exc
         finally:  # inside the handler: a second Ctrl-C cannot cut the cleanup short
-            close_ssh_masters(run_dir / "cp")
+            close_ssh_masters(cp)
             end_play_processes(run_dir)
+            if cp != run_dir / "cp":  # a short one of its own, outside the run directory
+                shutil.rmtree(cp, ignore_errors=True)
     elapsed = time.monotonic() - started
     result = PlayResult(
         run_id=run_id,

@@ -123,7 +123,9 @@ def job_kwargs(line: bytes, job: jobs.Job, playbooks: Path, temp: Path | None = 
         )
     strategy = str((kwargs.pop("gpuboot", None) or {}).get("strategy", "linear"))
     run_dir = paths.private_dir(job.dir / "run")
-    env = {**ansible_env(run_dir, strategy), **config_env(run_dir)}
+    # the ssh masters' sockets in the job's short temp where its directory is too deep
+    short = temp / "cp" if temp is not None else None
+    env = {**ansible_env(run_dir, strategy, short), **config_env(run_dir)}
     kwargs["playbook"] = str(playbook)
     kwargs["envvars"] = {**(kwargs.get("envvars") or {}), **env}
     if temp is not None:  # what a killed worker leaves there goes with the job

@@ -409,7 +409,7 @@ def test_ctrl_c_during_a_play_ends_ansible_playbook_and_raises_keyboard_interrup
     time.sleep(0.5)
     # ansible-playbook, its workers (each in a session of its own) and the task are gone
     assert _processes_with(marker) == [] and _processes_with(str(play)) == []
-    assert closed and closed[0].name == "cp"  # the run's ssh masters were asked to exit
+    assert closed == [runner.control_dir(run_dir)]  # the run's ssh masters were asked to exit
     assert ended  # the worker runner's cancel leaves behind (and its task) had to be ended
     assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
     assert set(controller_tmp.glob("ansible_*_payload_*")) == payloads_before
@@ -519,7 +519,7 @@ def test_end_play_processes_finds_a_play_by_its_environment(tmp_path):
     mine, other = tmp_path / "run-a", tmp_path / "run-b"
 
     def start(run_dir):
-        env = {**os.environ, "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir / "cp")}
+        env = {**os.environ, "ANSIBLE_SSH_CONTROL_PATH_DIR": str(runner.control_dir(run_dir))}
         return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
 
     a, b = start(mine), start(other)
