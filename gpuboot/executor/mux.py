@@ -29,11 +29,11 @@ from pathlib import Path
 
 from gpuboot import paths
 from gpuboot.errors import GpubootError
+from gpuboot.runner import SSH_CONTROL_PATH_MAX, close_ssh_masters
 
 PERSIST_S = 60
-# sun_path holds 108 bytes and ssh binds a 17-character temporary name beside the socket
-# first; ssh also expands % and splits on blanks: such a path gets no master.
-MAX_PATH = 88
+# A ControlPath ssh would expand (%) or split (blanks) gets no master, as one longer
+# than SSH_CONTROL_PATH_MAX does.
 PLAIN_PATH = re.compile(r"[A-Za-z0-9/._-]+")
 
 
@@ -101,8 +101,6 @@ def shared_connections() -> Iterator[None]:
     finally:
         _verb = None
         if verb.dir is not None:
-            from gpuboot.runner import close_ssh_masters
-
             close_ssh_masters(verb.dir)
             shutil.rmtree(verb.dir, ignore_errors=True)
 
@@ -115,7 +113,7 @@ def options(executor: str) -> tuple[str, ...]:
         return ()
     # named after the executor: short, and the same socket for each of its commands
     sock = str(where / hashlib.sha256(executor.encode()).hexdigest()[:12])
-    if len(sock) > MAX_PATH or not PLAIN_PATH.fullmatch(sock):
+    if len(os.fsencode(sock)) > SSH_CONTROL_PATH_MAX or not PLAIN_PATH.fullmatch(sock):
         return ()
     return (
         "-o",
