@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuboot import runner
 from gpuboot_lab import kubeapi as fake
 from gpuboot_lab import lab as labmod
 from gpuboot_lab.podman import exists
@@ -42,6 +43,20 @@ def test_host_keys_are_checked(lab2, tmp_path):
     refused = ssh(lab2, "node1", "true", known_hosts=str(empty))
     assert refused.returncode == 255
     assert "Host key verification failed" in refused.stderr
+
+
+def test_a_deep_runs_directory_still_reaches_the_hosts(lab2, tmp_path, monkeypatch):
+    """A run's ssh master sockets go in its directory only where ssh's longest socket path
+    still fits a Unix socket's: under a deep GPUBOOT_RUNS every host was unreachable."""
+    monkeypatch.setenv("GPUBOOT_RUNS", str(tmp_path / ("x" * 60)))
+    checked = gpuboot(
+        *("install", "-i", str(lab2.inventory), "--limit", "node1", "--json"),
+        *("--check", "--tags", "always"),  # the read-only checks every install starts with
+        check_rc=0,
+    )
+    doc = json.loads(checked.stdout)
+    assert doc["hosts"]["node1"]["status"] == "ok", doc["hosts"]
+    assert not runner.control_dir(Path(doc["run_dir"])).exists()  # gone with the play
 
 
 def test_uncertified_before_install(lab2):
