@@ -38,7 +38,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from gpuboot import paths  # noqa: E402
-from gpuboot.runner import ansible_env, close_ssh_masters, config_env  # noqa: E402
+from gpuboot.runner import ansible_env, close_ssh_masters, config_env, control_dir  # noqa: E402
 from gpuboot_lab import lab as labmod  # noqa: E402
 
 CPU: dict[str, float] = {}  # command label -> controller CPU seconds (user+sys, children included)
@@ -169,7 +169,7 @@ def main() -> int:
     name = f"bench-{uuid.uuid4().hex[:6]}"
     paths.put_venv_on_path()
     scratch = Path(tempfile.mkdtemp(prefix="gpuboot-bench-"))
-    cp_dir = scratch / "cp"
+    cp_dir = control_dir(scratch)
     env = {**os.environ, **ansible_env(scratch)}
 
     from gpuboot_lab.image import ensure_image

@@ -22,7 +22,7 @@ sys.path.insert(1, str(PROJECT))  # after this script's own directory: bench.py,
 
 from bench import CPU, timed  # noqa: E402 - bench.py's own timing, so the figure is its
 from gpuboot import paths  # noqa: E402
-from gpuboot.runner import ansible_env, close_ssh_masters  # noqa: E402
+from gpuboot.runner import ansible_env, close_ssh_masters, control_dir  # noqa: E402
 
 
 def main() -> int:
@@ -54,7 +54,7 @@ def main() -> int:
                     flush=True,
                 )
     finally:
-        close_ssh_masters(scratch / "cp")
+        close_ssh_masters(control_dir(scratch))
         shutil.rmtree(scratch, ignore_errors=True)
     median = statistics.median(r["ratio"] for r in runs)
     if args.json:

@@ -684,7 +684,7 @@ def main() -> int:
     from fleet_procs import stop_on_sigterm
 
     from gpuboot import paths
-    from gpuboot.runner import ansible_env, close_ssh_masters
+    from gpuboot.runner import ansible_env, close_ssh_masters, control_dir
 
     stop_on_sigterm()
     paths.put_venv_on_path()
@@ -722,7 +722,7 @@ def main() -> int:
                 if args.out:  # a partial document survives a later size's failure
                     Path(args.out).write_text(json.dumps(report_doc(doc, runs), indent=2))
     finally:
-        close_ssh_masters(Path(args.scratch) / "cp")
+        close_ssh_masters(control_dir(Path(args.scratch)))
     doc["load_at_end"] = os.getloadavg()[0]
     runs = merge(runs, earlier)
     if args.out:
