@@ -324,14 +324,22 @@ def fleet_targets(runs: dict[int, dict[str, dict[str, Run]]]) -> list[dict[str, 
         e = project(line, FLEET, HALLS["executors"])["cpu_s"]
         d = project(line, FLEET, 0)["cpu_s"]
         per_d, per_e = line["direct"]["cpu"][1], line["executors"]["cpu"][1]
-        rows.append({
+        fitted = f"fits over {sized[verb]} sizes; per node beyond the fixed start"
+        row = {
             "target": f"{FLEET:,} nodes projected, {verb}: CPU/node through "
             f"{HALLS['executors']} executors <= 1/3 direct",
-            "figures": f"{e / FLEET:.3f} / {d / FLEET:.3f} s = {e / d:.2f} (fits over "
-            f"{sized[verb]} sizes; per node beyond the fixed start {per_e:.3f} / {per_d:.3f} s)",
+            "figures": f"{e / FLEET:.3f} / {d / FLEET:.3f} s = {e / d:.2f} "
+            f"({fitted} {per_e:.3f} / {per_d:.3f} s)",
             "met": e <= d / 3,
             "projected": True,
-        })  # fmt: skip
+        }  # fmt: skip
+        if per_e <= 0 or per_d <= 0:  # CPU that falls as nodes are added: noise, not growth
+            row["met"] = None
+            row["figures"] = (
+                f"no verdict: a cost per node that is not positive ({fitted} {per_e:.3f} / "
+                f"{per_d:.3f} s): the runs' noise exceeds their growth; measure again"
+            )
+        rows.append(row)
     return rows
 
 
@@ -463,7 +471,8 @@ def report_text(doc: dict[str, Any], runs: dict[int, dict[str, dict[str, Run]]])
     lines.append("")
     lines.append("targets:")
     for t in targets(runs):
-        lines.append(f"  {'met    ' if t['met'] else 'NOT met'}  {t['target']}: {t['figures']}")
+        said = {True: "met    ", False: "NOT met", None: "no fit "}[t["met"]]
+        lines.append(f"  {said}  {t['target']}: {t['figures']}")
         for part in ("floor", "reach"):
             if part in t:
                 lines.append(f"           {t[part]['text']}")

@@ -336,3 +336,13 @@ def test_the_fleet_target_is_projected_from_two_sizes_and_never_from_one(fleet):
     runs = _sized(fleet, (10, 20), 1.0, 0.05)
     del runs[20]["executors"]
     assert not [t for t in fleet.targets(runs) if t.get("projected")]
+
+
+def test_a_fleet_fit_whose_cost_falls_with_nodes_gives_no_verdict(fleet):
+    # through executors 2.0 s at 10 nodes and 1.5 s at 20: the noise of a loaded machine
+    runs = _sized(fleet, (10, 20), 2.5, -0.05)
+    (row,) = [t for t in fleet.targets(runs) if t.get("projected")]
+    assert row["met"] is None
+    assert row["figures"].startswith("no verdict: a cost per node that is not positive")
+    doc = {"started": "t", "stack": "s", "cores": 2, "load_at_start": 1.0}
+    assert "  no fit   1,024 nodes projected, scan" in fleet.report_text(doc, runs)
