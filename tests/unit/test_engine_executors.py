@@ -6,7 +6,9 @@ domain are paired by its executor."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from gpuboot.checks import rules
 from gpuboot.cli.outcome import EXIT_UNKNOWN
 from gpuboot.executor import collect_fleet, pair_job, route
 from gpuboot.executor.stream import Executor
-from tests.unit.executor.conftest import HALF_OPEN, REPLAY, python_channel, stream
+from tests.unit.executor.conftest import HALF_OPEN, REPLAY, jobs_left, python_channel, stream
 from tests.unit.test_engine import PINS, Failing, Local
 
 pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
@@ -28,6 +30,17 @@ pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
 # The shard's inventory reaches the node on this machine (the operator's inventory may not:
 # it must reach its nodes over ssh).
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test(tmp_path):
+    """A verb through executors leaves none of its jobs running, nor their temp."""
+    yield
+    assert not jobs_left(tmp_path)
+    temp = _executor_tmp(tmp_path)
+    left = sorted(temp.iterdir()) if temp.exists() else []
+    shutil.rmtree(temp, ignore_errors=True)
+    assert not left, f"a job's temp outlived it: {left}"
 
 
 @pytest.fixture
@@ -56,8 +69,17 @@ def inv(tmp_path, monkeypatch) -> Path:
     return path
 
 
+def _executor_tmp(tmp_path: Path) -> Path:
+    """The supervisor's own temp (its TMPDIR), where each job's temp is made: the test's
+    alone, and as short as an executor's /tmp (a job's ssh sockets go in its temp when
+    its run directory is too deep for them, and pytest's directories are)."""
+    return Path("/tmp") / f"gx-{hashlib.sha256(bytes(tmp_path)).hexdigest()[:10]}"
+
+
 def _supervisor(tmp_path: Path) -> Executor:
-    supervisor = (sys.executable, "-m", "gpuboot.executor.supervisor")
+    temp = _executor_tmp(tmp_path)
+    temp.mkdir(exist_ok=True)
+    supervisor = ("env", f"TMPDIR={temp}", sys.executable, "-m", "gpuboot.executor.supervisor")
     return Executor("ex1", (*supervisor, "--jobs-dir", str(tmp_path / "jobs")))
 
 
