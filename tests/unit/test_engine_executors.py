@@ -6,9 +6,7 @@ domain are paired by its executor."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,7 +20,15 @@ from gpuboot.checks import rules
 from gpuboot.cli.outcome import EXIT_UNKNOWN
 from gpuboot.executor import collect_fleet, pair_job, route
 from gpuboot.executor.stream import Executor
-from tests.unit.executor.conftest import HALF_OPEN, REPLAY, jobs_left, python_channel, stream
+from tests.unit.executor.conftest import (
+    HALF_OPEN,
+    REPLAY,
+    executor_tmp,
+    jobs_left,
+    python_channel,
+    stream,
+    temp_left,
+)
 from tests.unit.test_engine import PINS, Failing, Local
 
 pytestmark = pytest.mark.subprocess  # starts processes: not in the pure tier
@@ -37,10 +43,7 @@ def _no_job_outlives_its_test(tmp_path):
     """A verb through executors leaves none of its jobs running, nor their temp."""
     yield
     assert not jobs_left(tmp_path)
-    temp = _executor_tmp(tmp_path)
-    left = sorted(temp.iterdir()) if temp.exists() else []
-    shutil.rmtree(temp, ignore_errors=True)
-    assert not left, f"a job's temp outlived it: {left}"
+    assert not temp_left(tmp_path), "a job's temp outlived it"
 
 
 @pytest.fixture
@@ -69,16 +72,8 @@ def inv(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def _executor_tmp(tmp_path: Path) -> Path:
-    """The supervisor's own temp (its TMPDIR), where each job's temp is made: the test's
-    alone, and as short as an executor's /tmp (a job's ssh sockets go in its temp when
-    its run directory is too deep for them, and pytest's directories are)."""
-    return Path("/tmp") / f"gx-{hashlib.sha256(bytes(tmp_path)).hexdigest()[:10]}"
-
-
 def _supervisor(tmp_path: Path) -> Executor:
-    temp = _executor_tmp(tmp_path)
-    temp.mkdir(exist_ok=True)
+    temp = executor_tmp(tmp_path)
     supervisor = ("env", f"TMPDIR={temp}", sys.executable, "-m", "gpuboot.executor.supervisor")
     return Executor("ex1", (*supervisor, "--jobs-dir", str(tmp_path / "jobs")))
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -49,6 +51,24 @@ HOSTS = ("h1", "h2")
 JOB_SECRET = "job-secret-7d1e"
 
 
+def executor_tmp(tmp_path: Path) -> Path:
+    """A test supervisor's own temp (its TMPDIR), where each job's temp is made: the
+    test's alone, and as short as an executor's /tmp: a job keeps its ssh sockets (and
+    mitogen its socket) in its temp when its run directory is too deep for a Unix socket
+    path, and pytest's directories are. Made here, removed by the test's teardown."""
+    temp = Path("/tmp") / f"gx-{hashlib.sha256(bytes(tmp_path)).hexdigest()[:10]}"
+    temp.mkdir(mode=0o700, exist_ok=True)
+    return temp
+
+
+def temp_left(tmp_path: Path) -> list[Path]:
+    """What the test's jobs left in its supervisor's temp (removed now)."""
+    temp = Path("/tmp") / f"gx-{hashlib.sha256(bytes(tmp_path)).hexdigest()[:10]}"
+    left = sorted(temp.iterdir()) if temp.exists() else []
+    shutil.rmtree(temp, ignore_errors=True)
+    return left
+
+
 def jobs_left(tmp: Path, wait_s: float = 30.0) -> list[str]:
     """What the executor jobs of a test (any jobs directory directly under ``tmp``) left
     once it ended: a job still live after ``wait_s``, a process naming a jobs directory (a
@@ -83,6 +103,7 @@ def _no_job_outlives_its_test(request):
     tmp = request.getfixturevalue("tmp_path")
     yield
     assert not jobs_left(tmp)
+    assert not temp_left(tmp), "a job's temp outlived it"
 
 
 def write_job(data: Path) -> Path:

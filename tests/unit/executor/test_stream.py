@@ -27,6 +27,7 @@ from tests.unit.executor.conftest import (
     JOB_SECRET,
     RELAY,
     REPLAY,
+    executor_tmp,
     python_channel,
     write_job,
 )
@@ -100,16 +101,10 @@ def bare_streams(tmp_path_factory) -> dict:
     return found
 
 
-def _executor_tmp(tmp_path: Path) -> Path:
-    """The supervisor's own temp (its TMPDIR), where each job's temp is made."""
-    return tmp_path / "executor-tmp"
-
-
 def _supervisor(tmp_path: Path) -> Executor:
-    _executor_tmp(tmp_path).mkdir(exist_ok=True)
     return Executor(
         "local",
-        ("env", f"{SENTINEL_VAR}={SENTINEL}", f"TMPDIR={_executor_tmp(tmp_path)}",
+        ("env", f"{SENTINEL_VAR}={SENTINEL}", f"TMPDIR={executor_tmp(tmp_path)}",
          sys.executable, "-m", "gpuboot.executor.supervisor",
          "--jobs-dir", str(tmp_path / "jobs"),
          "--playbooks-dir", str(tmp_path / "job" / "project")),  # job_data's plays
@@ -359,7 +354,7 @@ def test_kill_9_of_the_worker_is_lost_hosts_unknown_and_nothing_left(job_data, t
     assert not _groups_alive({g for g in tree.values() if g != os.getpgid(0)})
     assert not jobs.Job(tmp_path / "jobs", job.job_id).data.exists()
     # h2's module was killed in its sleep: its payload went with the job's temp
-    assert not list(_executor_tmp(tmp_path).iterdir())
+    assert not list(executor_tmp(tmp_path).iterdir())
 
 
 def test_kill_9_of_the_supervisor_ends_the_task_in_flight_at_once_and_gc_removes_its_data(
@@ -385,7 +380,7 @@ def test_kill_9_of_the_supervisor_ends_the_task_in_flight_at_once_and_gc_removes
         assert Path(meta["temp"]).exists()  # and so does the job's temp
         subprocess.run(executor.command("gc"), capture_output=True, check=True)
         assert not data.exists()
-        assert not list(_executor_tmp(tmp_path).iterdir())  # the temp, payloads and all
+        assert not list(executor_tmp(tmp_path).iterdir())  # the temp, payloads and all
     finally:
         for pid in tree:
             with contextlib.suppress(ProcessLookupError):
@@ -409,7 +404,7 @@ def test_cancel_ends_canceled_with_no_ansible_playbook_left(job_data, tmp_path):
     assert not [p for p in tree if _alive(p)]
     assert not _groups_alive({g for g in tree.values() if g != os.getpgid(0)})
     assert not jobs.Job(tmp_path / "jobs", job.job_id).data.exists()
-    assert not list(_executor_tmp(tmp_path).iterdir())  # h2's module payload with the job
+    assert not list(executor_tmp(tmp_path).iterdir())  # h2's module payload with the job
 
 
 def test_a_job_ended_normally_ran_in_a_short_temp_of_its_own_and_leaves_none(job_data, tmp_path):
@@ -421,10 +416,10 @@ def test_a_job_ended_normally_ran_in_a_short_temp_of_its_own_and_leaves_none(job
     assert out.state == "complete"
     spooled = jobs.Job(tmp_path / "jobs", job.job_id)
     temp = Path(jobs.recorded(spooled)["temp"])
-    assert temp.parent == _executor_tmp(tmp_path) and len(temp.name) <= 20
+    assert temp.parent == executor_tmp(tmp_path) and len(temp.name) <= 20
     worker_env = json.loads(spooled.spool.read_bytes().split(b"\n", 1)[0])["env"]
     assert worker_env["TMPDIR"] == worker_env["ANSIBLE_LOCAL_TEMP"] == str(temp)
-    assert not list(_executor_tmp(tmp_path).iterdir())
+    assert not list(executor_tmp(tmp_path).iterdir())
 
 
 # D3, re-attach ----------------------------------------------------------------------------
@@ -489,4 +484,4 @@ def test_a_job_that_cancels_on_detach_is_canceled_when_the_controller_goes(job_d
     assert (out.state, out.rc) == ("canceled", 254)
     assert out.hosts == {"h1": "ok", "h2": "unknown"}
     assert not [p for p in tree if _alive(p)]
-    assert not list(_executor_tmp(tmp_path).iterdir())
+    assert not list(executor_tmp(tmp_path).iterdir())

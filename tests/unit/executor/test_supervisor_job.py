@@ -11,6 +11,7 @@ from gpuboot import paths
 from gpuboot.errors import BadInput
 from gpuboot.executor import jobs
 from gpuboot.executor.supervisor import job_kwargs
+from tests.unit.executor.conftest import executor_tmp
 
 
 @pytest.fixture
@@ -24,19 +25,21 @@ def _line(**kwargs) -> bytes:
     return json.dumps({"kwargs": kwargs}).encode()
 
 
-def test_a_shipped_playbook_runs_with_the_executors_own_paths(job):
+def test_a_shipped_playbook_runs_with_the_executors_own_paths(job, tmp_path):
+    temp = executor_tmp(tmp_path) / "t"  # the job's temp (named, not made, by job_kwargs)
     line = _line(
         playbook="install.yml",
         inventory="inventory/hosts.json",
         envvars={"ANSIBLE_ROLES_PATH": "/controller/roles", "KEEP": "1"},
         gpuboot={"strategy": "linear"},
     )
-    kwargs = json.loads(job_kwargs(line, job, paths.PLAYBOOKS_DIR))["kwargs"]
+    kwargs = json.loads(job_kwargs(line, job, paths.PLAYBOOKS_DIR, temp))["kwargs"]
     assert kwargs["playbook"] == str(paths.PLAYBOOKS_DIR / "install.yml")
     env = kwargs["envvars"]
     assert env["ANSIBLE_ROLES_PATH"] == str(paths.ROLES_DIR)  # this executor's, not the sender's
     assert env["ANSIBLE_COLLECTIONS_PATH"] == str(paths.COLLECTIONS_DIR)
-    assert env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(str(job.dir))
+    # the job's own: in its directory, or in its short temp where that is too deep
+    assert env["ANSIBLE_SSH_CONTROL_PATH_DIR"] in (str(job.dir / "run" / "cp"), str(temp / "cp"))
     assert env["KEEP"] == "1"
     assert "gpuboot" not in kwargs  # gpuboot's own key never reaches ansible-runner
     assert kwargs["inventory"] == "inventory/hosts.json"
