@@ -27,6 +27,7 @@ from typing import Any
 
 from gpuboot import locks, paths
 from gpuboot.errors import BadInput, RunError
+from gpuboot.sshopts import SSH_CONTROL_PATH_MAX
 
 
 @dataclass(frozen=True)
@@ -277,10 +278,6 @@ def _ssh_control(sock: Path, command: str) -> subprocess.CompletedProcess | None
         return None
 
 
-# A Unix socket's path holds 107 bytes (sun_path: 108 with its NUL), and ssh binds a
-# master's socket first under its ControlPath and 17 characters more (".", 16 random)
-# before renaming it: a longer ControlPath gets no master, and its host is unreachable.
-SSH_CONTROL_PATH_MAX = 107 - 17
 # Ansible's ControlPath for a host (ansible.plugins.connection.ssh since 2.3): its control
 # directory, a slash and 10 hex digits of a hash of host, port and user.
 ANSIBLE_CONTROL_NAME = len("/") + 10

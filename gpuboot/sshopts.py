@@ -12,6 +12,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+# A Unix socket's path holds 107 bytes (sun_path: 108 with its NUL), and ssh binds a
+# master's socket first under its ControlPath and 17 characters more (".", 16 random)
+# before renaming it: a longer ControlPath gets no master, and its host is unreachable.
+SSH_CONTROL_PATH_MAX = 107 - 17
+
 # keyword (lower case) -> how gpuboot_allow_ssh_options names it
 COMMAND_KEYWORDS = {
     name.lower(): name

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gpuboot import paths
 from gpuboot.errors import GpubootError
-from gpuboot.runner import SSH_CONTROL_PATH_MAX, close_ssh_masters
+from gpuboot.sshopts import SSH_CONTROL_PATH_MAX
 
 PERSIST_S = 60
 # A ControlPath ssh would expand (%) or split (blanks) gets no master, as one longer
@@ -101,6 +101,8 @@ def shared_connections() -> Iterator[None]:
     finally:
         _verb = None
         if verb.dir is not None:
+            from gpuboot.runner import close_ssh_masters  # only a verb that made masters
+
             close_ssh_masters(verb.dir)
             shutil.rmtree(verb.dir, ignore_errors=True)
 
